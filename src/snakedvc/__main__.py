@@ -1,0 +1,3 @@
+from snakedvc.cli import main
+
+raise SystemExit(main())

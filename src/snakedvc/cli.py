@@ -1,0 +1,188 @@
+"""One entry point, `python -m snakedvc <step>`, that the workflow's rules call.
+
+Each step takes its slice of the validated config as JSON (`--params`), its
+inputs and outputs as paths, and `--log`: stderr and logging go there first
+thing, so a failed rule's log holds the error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+import warnings
+from pathlib import Path
+from typing import Any
+
+from snakedvc import __version__
+
+log = logging.getLogger("snakedvc")
+
+
+class UserError(Exception):
+    """An error caused by input or config, reported without a traceback."""
+
+
+def _setup_logging(log_path: str | None) -> None:
+    if log_path:
+        Path(log_path).parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        os.dup2(fd, 2)
+        os.close(fd)
+        sys.stderr = open(2, "w", buffering=1, closefd=False)  # noqa: SIM115 - lives as long as the process
+    logging.basicConfig(
+        level=logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+        force=True,
+    )
+    warnings.filterwarnings("ignore", message=".*MorganGenerator.*")
+
+
+def _params(args: argparse.Namespace) -> dict[str, Any]:
+    try:
+        value: dict[str, Any] = json.loads(args.params)
+    except json.JSONDecodeError as error:
+        raise UserError(f"--params is not valid JSON: {error}") from error
+    return value
+
+
+def cmd_split(args: argparse.Namespace) -> None:
+    from snakedvc.config import SplitConfig, section
+    from snakedvc.data import read_molecules, split_molecules, write_split
+
+    params = _params(args)
+    data = params["data"]
+    table = read_molecules(args.input, data["smiles_column"], data["target_column"], data.get("limit", 0))
+    parts = split_molecules(table, section(SplitConfig, params["split"]))
+    for name, path in zip(("train", "valid", "test"), (args.train, args.valid, args.test)):
+        write_split(parts[name], path)
+        log.info("%s: %d molecules -> %s", name, len(parts[name]), path)
+
+
+def cmd_featurise(args: argparse.Namespace) -> None:
+    from snakedvc.config import FeaturiseConfig, section
+    from snakedvc.data import read_split
+    from snakedvc.features import check_reject_fraction, featurise_table, save_features, write_rejects
+
+    cfg = section(FeaturiseConfig, _params(args))
+    table = read_split(args.input)
+    features, rejects = featurise_table(table, cfg)
+    write_rejects(rejects, args.rejects)
+    check_reject_fraction(len(table), rejects, cfg.max_reject_fraction, where=str(args.input))
+    save_features(features, args.output, cfg)
+    log.info("featurised %d molecules (%s) -> %s", len(features), cfg.representation, args.output)
+
+
+def cmd_train(args: argparse.Namespace) -> None:
+    from snakedvc.config import TrainConfig, section
+    from snakedvc.features import load_features
+    from snakedvc.train import save_result, train_model
+
+    cfg = section(TrainConfig, _params(args))
+    result = train_model(load_features(args.train), load_features(args.valid), cfg)
+    save_result(result, args.model, args.history)
+    log.info("best epoch %d; model -> %s", result.best_epoch, args.model)
+
+
+def cmd_evaluate(args: argparse.Namespace) -> None:
+    import shutil
+
+    from snakedvc.evaluate import parity_plot, predict, regression_metrics, write_metrics, write_predictions
+    from snakedvc.features import load_features
+    from snakedvc.model import load_model
+
+    model, meta = load_model(args.model)
+    test = load_features(args.test)
+    y_pred = predict(model, meta, test.X)
+    metrics = regression_metrics(test.y, y_pred)
+    write_metrics(metrics, args.metrics)
+    write_predictions(test, y_pred, args.predictions)
+    parity_plot(test.y, y_pred, metrics, args.parity)
+    shutil.copyfile(args.history, args.loss_curve)
+    log.info("test RMSE %.4f MAE %.4f R2 %.4f (n=%d)", metrics["rmse"], metrics["mae"], metrics["r2"], metrics["n"])
+
+
+def cmd_summary(args: argparse.Namespace) -> None:
+    path = Path(args.metrics)
+    if not path.is_file():
+        return
+    metrics = json.loads(path.read_text())
+    print(
+        f"snakedvc: test RMSE {metrics['rmse']:.3f}  MAE {metrics['mae']:.3f}  "
+        f"R² {metrics['r2']:.3f}  (n={metrics['n']}, {path})"
+    )
+
+
+def cmd_check_config(args: argparse.Namespace) -> None:
+    from snakedvc.config import load_config
+
+    load_config(args.config, args.schema)
+    print(f"{args.config}: valid")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="snakedvc", description=__doc__)
+    parser.add_argument("--version", action="version", version=__version__)
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    def step(name: str, func: Any, help_text: str) -> argparse.ArgumentParser:
+        p = sub.add_parser(name, help=help_text)
+        p.set_defaults(func=func)
+        p.add_argument("--log", help="file that receives stderr and log lines")
+        return p
+
+    p = step("split", cmd_split, "split the raw table into train/valid/test")
+    p.add_argument("--params", required=True, help="JSON with the data and split config sections")
+    p.add_argument("--input", required=True)
+    p.add_argument("--train", required=True)
+    p.add_argument("--valid", required=True)
+    p.add_argument("--test", required=True)
+
+    p = step("featurise", cmd_featurise, "featurise one split; invalid SMILES go to a rejects file")
+    p.add_argument("--params", required=True, help="JSON of the featurise config section")
+    p.add_argument("--input", required=True)
+    p.add_argument("--output", required=True)
+    p.add_argument("--rejects", required=True)
+
+    p = step("train", cmd_train, "train the MLP")
+    p.add_argument("--params", required=True, help="JSON of the train config section")
+    p.add_argument("--train", required=True)
+    p.add_argument("--valid", required=True)
+    p.add_argument("--model", required=True)
+    p.add_argument("--history", required=True)
+
+    p = step("evaluate", cmd_evaluate, "test metrics, predictions, parity plot, loss curve")
+    p.add_argument("--model", required=True)
+    p.add_argument("--test", required=True)
+    p.add_argument("--history", required=True)
+    p.add_argument("--metrics", required=True)
+    p.add_argument("--predictions", required=True)
+    p.add_argument("--parity", required=True)
+    p.add_argument("--loss-curve", required=True)
+
+    p = step("summary", cmd_summary, "print the test metrics of a finished run")
+    p.add_argument("--metrics", required=True)
+
+    p = step("check-config", cmd_check_config, "validate a config file against the schema")
+    p.add_argument("config")
+    p.add_argument("--schema", default="workflow/schemas/config.schema.yaml")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    from snakedvc.config import ConfigError
+    from snakedvc.data import DataError
+    from snakedvc.features import TooManyRejectsError
+
+    args = build_parser().parse_args(argv)
+    _setup_logging(getattr(args, "log", None))
+    try:
+        args.func(args)
+    except (UserError, ConfigError, DataError, FileNotFoundError, TooManyRejectsError) as error:
+        log.error("%s", error)
+        print(f"snakedvc {args.command}: error: {error}", file=sys.stderr)
+        return 1
+    return 0

@@ -1,0 +1,128 @@
+"""Config validation against the workflow's JSON schema, and a typed view of it.
+
+The schema (workflow/schemas/config.schema.yaml) is the single source of truth
+for keys, types and defaults; this module fills defaults, validates, and turns
+the first error into a message that names the offending key.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import yaml
+
+
+class ConfigError(ValueError):
+    """A config value is missing, unknown or of the wrong type."""
+
+
+def load_schema(path: str | Path) -> dict[str, Any]:
+    with open(path) as handle:
+        schema: dict[str, Any] = yaml.safe_load(handle)
+    return schema
+
+
+def _resolve(schema: dict[str, Any], root: dict[str, Any]) -> dict[str, Any]:
+    ref = schema.get("$ref")
+    if ref is None:
+        return schema
+    target: Any = root
+    for part in ref.lstrip("#/").split("/"):
+        target = target[part]
+    merged = dict(target)
+    merged.update({k: v for k, v in schema.items() if k != "$ref"})
+    return merged
+
+
+def _fill_defaults(value: Any, schema: dict[str, Any], root: dict[str, Any]) -> None:
+    schema = _resolve(schema, root)
+    if not isinstance(value, dict):
+        return
+    for key, sub in schema.get("properties", {}).items():
+        sub = _resolve(sub, root)
+        if key not in value and "default" in sub:
+            value[key] = copy.deepcopy(sub["default"])
+        if key in value:
+            _fill_defaults(value[key], sub, root)
+
+
+def _key_of(error: jsonschema.ValidationError) -> str:
+    return ".".join(str(p) for p in error.absolute_path) or "<root>"
+
+
+def _message(error: jsonschema.ValidationError) -> str:
+    key = _key_of(error)
+    if error.validator == "additionalProperties":
+        unknown = sorted(set(error.instance) - set(error.schema.get("properties", {})))
+        prefix = "" if key == "<root>" else key + "."
+        names = ", ".join(f"'{prefix}{name}'" for name in unknown)
+        allowed = ", ".join(sorted(error.schema.get("properties", {})))
+        return f"unknown config key {names} (allowed here: {allowed})"
+    return f"config key '{key}': {error.message}"
+
+
+def validate_config(config: dict[str, Any], schema: dict[str, Any]) -> dict[str, Any]:
+    """Return a copy of ``config`` with defaults filled in, or raise ConfigError."""
+    filled = copy.deepcopy(config) if config is not None else {}
+    if not isinstance(filled, dict):
+        raise ConfigError("config must be a mapping of keys to values")
+    _fill_defaults(filled, schema, schema)
+    validator = jsonschema.Draft202012Validator(schema)
+    errors = sorted(validator.iter_errors(filled), key=lambda e: list(e.absolute_path))
+    if errors:
+        raise ConfigError(_message(errors[0]))
+    fractions = filled["split"]["fractions"]
+    if not math.isclose(sum(fractions), 1.0, abs_tol=1e-6):
+        raise ConfigError(
+            f"config key 'split.fractions': {fractions} sums to {sum(fractions):g}, not 1"
+        )
+    return filled
+
+
+def load_config(path: str | Path, schema_path: str | Path) -> dict[str, Any]:
+    with open(path) as handle:
+        raw = yaml.safe_load(handle) or {}
+    return validate_config(raw, load_schema(schema_path))
+
+
+@dataclass(frozen=True)
+class SplitConfig:
+    method: str = "random"
+    fractions: tuple[float, float, float] = (0.8, 0.1, 0.1)
+    seed: int = 0
+
+
+@dataclass(frozen=True)
+class FeaturiseConfig:
+    representation: str = "morgan"
+    radius: int = 2
+    n_bits: int = 2048
+    max_reject_fraction: float = 0.01
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    hidden_sizes: tuple[int, ...] = (512, 128)
+    dropout: float = 0.1
+    lr: float = 1e-3
+    weight_decay: float = 1e-4
+    batch_size: int = 64
+    max_epochs: int = 100
+    patience: int = 15
+    seed: int = 0
+    torch_threads: int = 1
+
+
+def section(cls: type, values: dict[str, Any]) -> Any:
+    """Build a config dataclass from a validated section, ignoring nothing silently."""
+    names = {f.name for f in fields(cls)}
+    unknown = set(values) - names
+    if unknown:
+        raise ConfigError(f"unknown {cls.__name__} key(s): {', '.join(sorted(unknown))}")
+    converted = {k: tuple(v) if isinstance(v, list) else v for k, v in values.items()}
+    return cls(**converted)

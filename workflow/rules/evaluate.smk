@@ -1,0 +1,29 @@
+rule evaluate:
+    input:
+        model="results/model/model.pt",
+        history="results/model/history.csv",
+        test="results/features/test.npz",
+    output:
+        metrics="results/metrics.json",
+        predictions="results/predictions.csv",
+        parity="results/plots/parity.png",
+        loss_curve="results/plots/loss.csv",
+    log:
+        "logs/evaluate.log",
+    benchmark:
+        "logs/benchmarks/evaluate.tsv"
+    threads: res("default", "threads")
+    resources:
+        mem_mb=res("default", "mem_mb"),
+        runtime=res("default", "runtime"),
+    conda:
+        "../../environment.yml"
+    shell:
+        "{SNAKEDVC} evaluate --log {log:q} --model {input.model:q} --test {input.test:q}"
+        " --history {input.history:q} --metrics {output.metrics:q}"
+        " --predictions {output.predictions:q} --parity {output.parity:q}"
+        " --loss-curve {output.loss_curve:q}"
+
+
+onsuccess:
+    shell("{SNAKEDVC} summary --metrics results/metrics.json")
