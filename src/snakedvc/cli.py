@@ -57,7 +57,7 @@ def cmd_split(args: argparse.Namespace) -> None:
     data = params["data"]
     table = read_molecules(args.input, data["smiles_column"], data["target_column"], data.get("limit", 0))
     parts = split_molecules(table, section(SplitConfig, params["split"]))
-    for name, path in zip(("train", "valid", "test"), (args.train, args.valid, args.test)):
+    for name, path in zip(("train", "valid", "test"), (args.train, args.valid, args.test), strict=True):
         write_split(parts[name], path)
         log.info("%s: %d molecules -> %s", name, len(parts[name]), path)
 

@@ -39,8 +39,30 @@ def _resolve(schema: dict[str, Any], root: dict[str, Any]) -> dict[str, Any]:
     return merged
 
 
+def _coerce(value: Any, schema: dict[str, Any]) -> Any:
+    """Turn numeric strings into numbers where the schema wants one.
+
+    `snakemake --config 'train={lr: 0.01}'` hands nested values over as strings.
+    """
+    if not isinstance(value, str):
+        return value
+    wanted = schema.get("type")
+    try:
+        if wanted == "integer" and value.strip().lstrip("+-").isdigit():
+            return int(value)
+        if wanted == "number":
+            return float(value)
+    except ValueError:
+        pass
+    return value
+
+
 def _fill_defaults(value: Any, schema: dict[str, Any], root: dict[str, Any]) -> None:
     schema = _resolve(schema, root)
+    if isinstance(value, list) and "items" in schema:
+        items = _resolve(schema["items"], root)
+        value[:] = [_coerce(item, items) for item in value]
+        return
     if not isinstance(value, dict):
         return
     for key, sub in schema.get("properties", {}).items():
@@ -48,6 +70,7 @@ def _fill_defaults(value: Any, schema: dict[str, Any], root: dict[str, Any]) -> 
         if key not in value and "default" in sub:
             value[key] = copy.deepcopy(sub["default"])
         if key in value:
+            value[key] = _coerce(value[key], sub)
             _fill_defaults(value[key], sub, root)
 
 
@@ -78,9 +101,7 @@ def validate_config(config: dict[str, Any], schema: dict[str, Any]) -> dict[str,
         raise ConfigError(_message(errors[0]))
     fractions = filled["split"]["fractions"]
     if not math.isclose(sum(fractions), 1.0, abs_tol=1e-6):
-        raise ConfigError(
-            f"config key 'split.fractions': {fractions} sums to {sum(fractions):g}, not 1"
-        )
+        raise ConfigError(f"config key 'split.fractions': {fractions} sums to {sum(fractions):g}, not 1")
     return filled
 
 

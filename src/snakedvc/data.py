@@ -28,9 +28,7 @@ def read_molecules(path: str | Path, smiles_column: str, target_column: str, lim
     table = pd.read_csv(path, dtype={smiles_column: str}, keep_default_na=False)
     for column in (smiles_column, target_column):
         if column not in table.columns:
-            raise DataError(
-                f"column '{column}' not found in {path} (columns: {', '.join(map(str, table.columns))})"
-            )
+            raise DataError(f"column '{column}' not found in {path} (columns: {', '.join(map(str, table.columns))})")
     if limit:
         table = table.head(limit)
     target = pd.to_numeric(table[target_column], errors="coerce")
@@ -112,7 +110,7 @@ def split_molecules(table: pd.DataFrame, cfg: SplitConfig) -> dict[str, pd.DataF
         parts = scaffold_split(table["smiles"].tolist(), cfg)
     else:
         raise ValueError(f"unknown split method '{cfg.method}' (expected random or scaffold)")
-    return {name: table.iloc[idx].reset_index(drop=True) for name, idx in zip(SPLITS, parts)}
+    return {name: table.iloc[idx].reset_index(drop=True) for name, idx in zip(SPLITS, parts, strict=True)}
 
 
 def write_split(frame: pd.DataFrame, path: str | Path) -> None:

@@ -31,11 +31,11 @@ def quiet_rdkit() -> Iterator[list[str]]:
     logger.handlers = [collector]
     logger.propagate = False
     logger.setLevel(logging.DEBUG)
-    RDLogger.DisableLog("rdApp.warning")
-    RDLogger.DisableLog("rdApp.info")
+    RDLogger.DisableLog("rdApp.warning")  # type: ignore[attr-defined]
+    RDLogger.DisableLog("rdApp.info")  # type: ignore[attr-defined]
     try:
         yield collector.messages
     finally:
         logger.handlers, logger.propagate, _ = saved
         logger.setLevel(saved[2])
-        RDLogger.EnableLog("rdApp.warning")
+        RDLogger.EnableLog("rdApp.warning")  # type: ignore[attr-defined]

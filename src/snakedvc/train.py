@@ -81,7 +81,7 @@ def train_model(train: FeatureSet, valid: FeatureSet, cfg: TrainConfig) -> Train
             loss = loss_fn(model(X_train[idx]), y_train[idx])
             loss.backward()
             optimizer.step()
-            running += float(loss) * len(idx)
+            running += float(loss.detach()) * len(idx)
             seen += len(idx)
         train_loss = running / seen
         valid_loss = _mean_loss(model, X_valid, y_valid) if len(X_valid) else train_loss

@@ -1,12 +1,11 @@
 # Validation of the config, and tiny helpers the rules share. Logic lives in src/snakedvc.
 import json
-import shlex
-import sys
 from pathlib import Path
 
 from snakemake.exceptions import WorkflowError
 
 from snakedvc.config import ConfigError, load_schema, validate_config
+from snakedvc.env import use_this_interpreter
 
 try:
     _validated = validate_config(
@@ -18,8 +17,7 @@ except ConfigError as error:
 config.clear()
 config.update(_validated)
 
-# The interpreter running Snakemake also runs the steps: same venv locally and in SLURM jobs.
-SNAKEDVC = shlex.join([sys.executable, "-m", "snakedvc"])
+use_this_interpreter()
 SPLITS = ["train", "valid", "test"]
 
 

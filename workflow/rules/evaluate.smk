@@ -19,11 +19,11 @@ rule evaluate:
     conda:
         "../../environment.yml"
     shell:
-        "{SNAKEDVC} evaluate --log {log:q} --model {input.model:q} --test {input.test:q}"
+        "python -m snakedvc evaluate --log {log:q} --model {input.model:q} --test {input.test:q}"
         " --history {input.history:q} --metrics {output.metrics:q}"
         " --predictions {output.predictions:q} --parity {output.parity:q}"
         " --loss-curve {output.loss_curve:q}"
 
 
 onsuccess:
-    shell("{SNAKEDVC} summary --metrics results/metrics.json")
+    shell("python -m snakedvc summary --metrics results/metrics.json")

@@ -17,5 +17,5 @@ rule featurise:
     conda:
         "../../environment.yml"
     shell:
-        "{SNAKEDVC} featurise --log {log:q} --params {params.cfg:q} --input {input.split:q}"
+        "python -m snakedvc featurise --log {log:q} --params {params.cfg:q} --input {input.split:q}"
         " --output {output.features:q} --rejects {output.rejects:q}"

@@ -19,5 +19,5 @@ rule train:
     conda:
         "../../environment.yml"
     shell:
-        "{SNAKEDVC} train --log {log:q} --params {params.cfg:q} --train {input.train:q}"
+        "python -m snakedvc train --log {log:q} --params {params.cfg:q} --train {input.train:q}"
         " --valid {input.valid:q} --model {output.model:q} --history {output.history:q}"

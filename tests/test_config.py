@@ -1,0 +1,115 @@
+from __future__ import annotations
+
+import copy
+
+import pytest
+import yaml
+
+from snakedvc.config import ConfigError, TrainConfig, load_config, load_schema, section, validate_config
+from tests.conftest import REPO, SCHEMA, run_snakemake
+
+
+@pytest.fixture(scope="module")
+def schema() -> dict:
+    return load_schema(SCHEMA)
+
+
+def test_shipped_params_are_valid_and_match_schema_defaults(schema: dict) -> None:
+    from_file = load_config(REPO / "params.yaml", SCHEMA)
+    from_defaults = validate_config({}, schema)
+    assert from_file == from_defaults
+
+
+def test_every_schema_key_has_description_and_default(schema: dict) -> None:
+    def walk(node: dict, path: str) -> None:
+        for key, sub in node.get("properties", {}).items():
+            assert "description" in sub, f"{path}{key} has no description"
+            assert "default" in sub, f"{path}{key} has no default"
+            walk(sub, f"{path}{key}.")
+
+    walk(schema, "")
+    walk(schema["$defs"]["rule_resources"], "resources.*.")
+
+
+def test_defaults_are_filled(schema: dict) -> None:
+    cfg = validate_config({"train": {"lr": 0.01}}, schema)
+    assert cfg["train"]["lr"] == 0.01
+    assert cfg["train"]["batch_size"] == 64
+    assert cfg["featurise"]["radius"] == 2
+    assert cfg["resources"]["train"]["gpu"] == 0
+
+
+@pytest.mark.parametrize(
+    ("config", "key"),
+    [
+        ({"train": {"learning_rate": 0.1}}, "train.learning_rate"),
+        ({"bogus": 1}, "bogus"),
+        ({"resources": {"train": {"gpus": 1}}}, "resources.train.gpus"),
+    ],
+)
+def test_unknown_key_is_named(schema: dict, config: dict, key: str) -> None:
+    with pytest.raises(ConfigError, match=f"unknown config key '{key}'"):
+        validate_config(config, schema)
+
+
+@pytest.mark.parametrize(
+    ("config", "key"),
+    [
+        ({"train": {"lr": "fast"}}, "train.lr"),
+        ({"train": {"batch_size": 3.5}}, "train.batch_size"),
+        ({"split": {"method": "stratified"}}, "split.method"),
+        ({"featurise": {"radius": -1}}, "featurise.radius"),
+        ({"train": {"hidden_sizes": []}}, "train.hidden_sizes"),
+    ],
+)
+def test_wrong_type_or_value_is_named(schema: dict, config: dict, key: str) -> None:
+    with pytest.raises(ConfigError, match=f"config key '{key}'"):
+        validate_config(config, schema)
+
+
+def test_fractions_must_sum_to_one(schema: dict) -> None:
+    with pytest.raises(ConfigError, match="split.fractions"):
+        validate_config({"split": {"fractions": [0.5, 0.2, 0.2]}}, schema)
+
+
+def test_validation_does_not_mutate_input(schema: dict) -> None:
+    original = {"train": {"lr": 0.5}}
+    snapshot = copy.deepcopy(original)
+    validate_config(original, schema)
+    assert original == snapshot
+
+
+def test_section_builds_dataclass() -> None:
+    cfg = section(TrainConfig, {"hidden_sizes": [8, 4], "lr": 0.1})
+    assert cfg.hidden_sizes == (8, 4) and cfg.lr == 0.1
+
+
+@pytest.mark.parametrize(
+    ("override", "expected"),
+    [
+        (["--config", "train={lr: abc}"], "config key 'train.lr'"),
+        (["--config", "typo_key=1"], "unknown config key 'typo_key'"),
+    ],
+)
+def test_bad_config_fails_before_any_job(project, override: list[str], expected: str) -> None:
+    proc = run_snakemake(project, "--profile", "profiles/local", *override, check=False)
+    assert proc.returncode != 0
+    assert expected in proc.stderr + proc.stdout
+    assert not (project / "results").exists(), "a job ran although the config was invalid"
+
+
+def test_bad_params_file_fails_naming_key(project) -> None:
+    params = yaml.safe_load((project / "params.yaml").read_text())
+    params["featurise"]["n_bit"] = 1024
+    (project / "params.yaml").write_text(yaml.safe_dump(params))
+    proc = run_snakemake(project, "-n", check=False)
+    assert proc.returncode != 0
+    assert "featurise.n_bit" in proc.stderr + proc.stdout
+
+
+def test_numeric_strings_from_command_line_are_coerced(schema: dict) -> None:
+    cfg = validate_config({"data": {"limit": "200"}, "train": {"lr": "0.01", "hidden_sizes": ["32", "8"]}}, schema)
+    assert cfg["data"]["limit"] == 200 and cfg["train"]["lr"] == 0.01
+    assert cfg["train"]["hidden_sizes"] == [32, 8]
+    with pytest.raises(ConfigError, match="train.lr"):
+        validate_config({"train": {"lr": "fast"}}, schema)

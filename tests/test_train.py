@@ -1,0 +1,74 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from snakedvc.config import FeaturiseConfig, SplitConfig, TrainConfig
+from snakedvc.data import read_molecules, split_molecules
+from snakedvc.evaluate import predict, regression_metrics
+from snakedvc.features import FeatureSet, featurise_table
+from snakedvc.model import load_model
+from snakedvc.train import epoch_order, save_result, train_model
+from tests.conftest import REPO
+
+SMALL = TrainConfig(hidden_sizes=(64,), max_epochs=8, patience=100, batch_size=32, seed=7)
+
+
+@pytest.fixture(scope="module")
+def esol_features() -> dict[str, FeatureSet]:
+    table = read_molecules(REPO / "data/raw/esol.csv", "smiles", "measured log solubility in mols per litre", 300)
+    parts = split_molecules(table, SplitConfig(seed=0))
+    cfg = FeaturiseConfig(n_bits=512)
+    return {name: featurise_table(part, cfg)[0] for name, part in parts.items()}
+
+
+def test_same_config_gives_bitwise_identical_weights(esol_features, tmp_path: Path) -> None:
+    a = train_model(esol_features["train"], esol_features["valid"], SMALL)
+    b = train_model(esol_features["train"], esol_features["valid"], SMALL)
+    for name, tensor in a.model.state_dict().items():
+        assert torch.equal(tensor, b.model.state_dict()[name]), name
+    save_result(a, tmp_path / "a.pt", tmp_path / "a.csv")
+    save_result(b, tmp_path / "b.pt", tmp_path / "b.csv")
+    assert (tmp_path / "a.pt").read_bytes() == (tmp_path / "b.pt").read_bytes()
+    assert (tmp_path / "a.csv").read_text() == (tmp_path / "b.csv").read_text()
+
+
+def test_different_seed_gives_different_weights(esol_features) -> None:
+    a = train_model(esol_features["train"], esol_features["valid"], SMALL)
+    b = train_model(esol_features["train"], esol_features["valid"], TrainConfig(**{**SMALL.__dict__, "seed": 8}))
+    assert not torch.equal(a.model.net[0].weight, b.model.net[0].weight)
+
+
+def test_training_loss_decreases(esol_features) -> None:
+    result = train_model(esol_features["train"], esol_features["valid"], SMALL)
+    losses = result.history["train_loss"].tolist()
+    assert len(losses) == SMALL.max_epochs
+    assert losses[-1] < 0.5 * losses[0]
+    assert result.history["valid_loss"].min() < result.history["valid_loss"].iloc[0]
+
+
+def test_early_stopping_keeps_best_epoch(esol_features) -> None:
+    cfg = TrainConfig(hidden_sizes=(64,), max_epochs=60, patience=3, seed=1)
+    result = train_model(esol_features["train"], esol_features["valid"], cfg)
+    history = result.history
+    assert len(history) < 60
+    assert result.best_epoch == int(history.loc[history["valid_loss"].idxmin(), "epoch"])
+    assert len(history) == result.best_epoch + 3
+
+
+def test_saved_model_predicts_like_trained_one(esol_features, tmp_path: Path) -> None:
+    result = train_model(esol_features["train"], esol_features["valid"], SMALL)
+    save_result(result, tmp_path / "m.pt", tmp_path / "h.csv")
+    model, meta = load_model(tmp_path / "m.pt")
+    test = esol_features["test"]
+    expected = predict(result.model, result.meta, test.X)
+    assert (predict(model, meta, test.X) == expected).all()
+    assert regression_metrics(test.y, expected)["rmse"] < 2.5
+
+
+def test_epoch_order_is_a_pure_function() -> None:
+    assert torch.equal(epoch_order(50, 1, 3), epoch_order(50, 1, 3))
+    assert not torch.equal(epoch_order(50, 1, 3), epoch_order(50, 1, 4))
+    assert sorted(epoch_order(50, 1, 3).tolist()) == list(range(50))

@@ -1,0 +1,75 @@
+"""The whole workflow, run by Snakemake with the local profile on a small subset."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.conftest import SMALL_RUN, run_snakemake
+
+OUTPUTS = [
+    "results/metrics.json",
+    "results/model/model.pt",
+    "results/model/history.csv",
+    "results/plots/parity.png",
+    "results/plots/loss.csv",
+    "results/predictions.csv",
+    "results/features/train.npz",
+    "results/features/train.rejects.csv",
+]
+
+
+def test_dry_run_lists_every_job(project) -> None:
+    proc = run_snakemake(project, "-n", "--profile", "profiles/local")
+    out = proc.stdout + proc.stderr
+    for rule, count in [("split", 1), ("featurise", 3), ("train", 1), ("evaluate", 1), ("all", 1)]:
+        assert any(line.split() == [rule, str(count)] for line in out.splitlines()), (rule, out[-2000:])
+
+
+def test_lint_is_clean(project) -> None:
+    proc = run_snakemake(project, "--lint")
+    assert "Congratulations, your workflow is in a good condition!" in proc.stdout + proc.stderr
+
+
+@pytest.mark.slow
+def test_local_profile_runs_whole_pipeline(project) -> None:
+    proc = run_snakemake(project, "--profile", "profiles/local", *SMALL_RUN)
+    for path in OUTPUTS:
+        assert (project / path).is_file(), path
+    metrics = json.loads((project / "results/metrics.json").read_text())
+    assert set(metrics) == {"rmse", "mae", "r2", "n"}
+    assert metrics["n"] > 0 and metrics["rmse"] > 0
+    assert f"test RMSE {metrics['rmse']:.3f}" in proc.stdout + proc.stderr
+    for rule in ("split", "train", "evaluate"):
+        assert (project / f"logs/benchmarks/{rule}.tsv").is_file()
+    assert "epoch 1 " in (project / "logs/train.log").read_text()
+    # Up to date: a second dry run plans nothing.
+    again = run_snakemake(project, "-n", "--profile", "profiles/local", *SMALL_RUN)
+    assert "Nothing to be done" in again.stdout + again.stderr
+
+
+@pytest.mark.slow
+def test_missing_input_file_is_named(project) -> None:
+    proc = run_snakemake(
+        project, "--profile", "profiles/local", "--config", "data={path: data/raw/absent.csv}", check=False
+    )
+    assert proc.returncode != 0
+    assert "data/raw/absent.csv" in proc.stdout + proc.stderr
+
+
+@pytest.mark.slow
+def test_failed_featurise_names_rule_and_log(project) -> None:
+    raw = project / "data/raw/esol.csv"
+    lines = raw.read_text().splitlines()
+    # Corrupt 5% of the SMILES in the first 200 rows.
+    for i in range(1, 200, 20):
+        fields = lines[i].rsplit(",", 1)
+        lines[i] = fields[0] + ",C1CC(bad"
+    raw.write_text("\n".join(lines) + "\n")
+    proc = run_snakemake(project, "--profile", "profiles/local", *SMALL_RUN, check=False)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0
+    assert "Error in rule featurise" in out
+    assert "max_reject_fraction" in out  # show-failed-logs prints the log's error
+    assert not (project / "results/features/train.npz").exists()
