@@ -10,6 +10,7 @@ help:
 	@echo "make run        set up .venv and run the pipeline locally (profiles/local)"
 	@echo "make test       set up and run every test, the real-SLURM ones included"
 	@echo "make test-fast  unit tests only (no SLURM, no whole-workflow runs)"
+	@echo "make run-slurm  run the pipeline through profiles/slurm (needs a cluster: make cluster-up)"
 	@echo "make dag        render the job DAG and rule graph to dag/*.svg"
 	@echo "make lint       ruff, mypy and snakemake --lint"
 
@@ -19,7 +20,10 @@ setup:
 run: setup
 	$(SNAKEMAKE) --profile profiles/local
 
-test: setup
+run-slurm: setup
+	$(SNAKEMAKE) --profile profiles/slurm
+
+test: setup cluster-up
 	$(BIN)/python -m pytest
 
 test-fast: setup
@@ -30,6 +34,21 @@ lint: setup
 	$(BIN)/ruff format --check src tests
 	$(BIN)/mypy src
 	$(SNAKEMAKE) --lint
+
+# Job DAG and rule graph as SVG (graphviz installed if missing).
+DAG_DIR ?= dag
+dag: setup
+	@scripts/ensure-apt graphviz
+	@mkdir -p $(DAG_DIR)
+	$(SNAKEMAKE) --dag --quiet all | dot -Tsvg > $(DAG_DIR)/dag.svg
+	$(SNAKEMAKE) --rulegraph --quiet all | dot -Tsvg > $(DAG_DIR)/rulegraph.svg
+	@echo "wrote $(DAG_DIR)/dag.svg $(DAG_DIR)/rulegraph.svg"
+
+cluster-up:
+	@scripts/slurm-cluster up
+
+cluster-down:
+	@scripts/slurm-cluster down
 
 clean:
 	rm -rf results logs .snakemake dag

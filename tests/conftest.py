@@ -39,3 +39,21 @@ SMALL_RUN = ["--config", "data={limit: 200}", "train={max_epochs: 4, hidden_size
 @pytest.fixture
 def project(tmp_path: Path) -> Path:
     return copy_project(tmp_path / "project")
+
+
+def slurm_jobs_by_rule(output: str) -> dict[str, list[str]]:
+    """Map rule name -> SLURM job ids, from the plugin's 'submitted with SLURM jobid' lines."""
+    import re
+
+    jobs: dict[str, list[str]] = {}
+    for jobid, rule in re.findall(r"submitted with SLURM jobid (\d+) \(log: \S*/rule_([A-Za-z0-9_]+)/", output):
+        jobs.setdefault(rule, []).append(jobid)
+    return jobs
+
+
+@pytest.fixture(scope="session")
+def slurm_cluster() -> None:
+    """The real single-host SLURM test cluster (idempotent: starts it only if needed)."""
+    proc = subprocess.run([str(REPO / "scripts" / "slurm-cluster"), "up"], capture_output=True, text=True, timeout=600)
+    if proc.returncode != 0:
+        pytest.fail(f"scripts/slurm-cluster up failed:\n{proc.stdout}\n{proc.stderr}")

@@ -1,0 +1,188 @@
+"""The workflow on a real single-host SLURM cluster (scripts/slurm-cluster), through profiles/slurm."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.conftest import REPO, SMALL_RUN, copy_project, run_snakemake, slurm_jobs_by_rule
+
+pytestmark = pytest.mark.slurm
+
+COMPARED = [
+    "results/split/train.csv",
+    "results/features/train.npz",
+    "results/features/valid.npz",
+    "results/features/test.npz",
+    "results/model/model.pt",
+    "results/model/history.csv",
+    "results/metrics.json",
+    "results/predictions.csv",
+]
+
+
+def md5(path: Path) -> str:
+    return hashlib.md5(path.read_bytes()).hexdigest()
+
+
+def sacct(jobid: str) -> dict[str, str]:
+    out = subprocess.run(
+        ["sacct", "-X", "-n", "-P", "-j", jobid, "-o", "Partition,AllocCPUS,ReqMem,Timelimit,AllocTRES,State"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    partition, cpus, mem, limit, tres, state = out.splitlines()[0].split("|")
+    return {"partition": partition, "cpus": cpus, "mem": mem, "timelimit": limit, "tres": tres, "state": state}
+
+
+def wait_for_sacct(jobid: str, timeout: float = 30) -> dict[str, str]:
+    deadline = time.time() + timeout
+    while True:
+        try:
+            return sacct(jobid)
+        except (subprocess.CalledProcessError, IndexError, ValueError):
+            if time.time() > deadline:
+                raise
+            time.sleep(0.5)
+
+
+def test_pipeline_on_slurm_matches_local_and_asks_rule_resources(slurm_cluster, tmp_path: Path) -> None:
+    local = copy_project(tmp_path / "local")
+    on_slurm = copy_project(tmp_path / "slurm")
+    run_snakemake(local, "--profile", "profiles/local", *SMALL_RUN)
+    proc = run_snakemake(on_slurm, "--profile", "profiles/slurm", *SMALL_RUN)
+
+    for path in COMPARED:
+        assert md5(local / path) == md5(on_slurm / path), f"{path} differs between local and SLURM"
+
+    jobs = slurm_jobs_by_rule(proc.stdout + proc.stderr)
+    assert {rule: len(ids) for rule, ids in jobs.items()} == {"split": 1, "featurise": 3, "train": 1, "evaluate": 1}
+    params = yaml.safe_load((REPO / "params.yaml").read_text())["resources"]
+    expected = {
+        "split": ("cpu", params["default"], 0),
+        "featurise": ("cpu", params["featurise"], 0),
+        "train": ("gpu", params["train"], 1),  # profiles/slurm gives train the gpu partition and 1 GPU
+        "evaluate": ("cpu", params["default"], 0),
+    }
+    for rule, (partition, res, gpus) in expected.items():
+        for jobid in jobs[rule]:
+            row = wait_for_sacct(jobid)
+            assert row["partition"] == partition, (rule, row)
+            assert row["mem"] == f"{res['mem_mb']}M", (rule, row)
+            minutes = res["runtime"]
+            assert row["timelimit"] == f"{minutes // 60:02d}:{minutes % 60:02d}:00", (rule, row)
+            assert f"cpu={res['threads']}" in row["tres"], (rule, row)
+            if gpus:
+                assert f"gres/gpu={gpus}" in row["tres"], (rule, row)
+            else:
+                assert "gres/gpu" not in row["tres"], (rule, row)
+            assert row["state"] == "COMPLETED"
+
+
+def test_failed_rule_names_rule_and_log(slurm_cluster, project: Path) -> None:
+    raw = project / "data/raw/esol.csv"
+    lines = raw.read_text().splitlines()
+    for i in range(1, 200, 20):
+        lines[i] = lines[i].rsplit(",", 1)[0] + ",C1CC(bad"
+    raw.write_text("\n".join(lines) + "\n")
+    proc = run_snakemake(project, "--profile", "profiles/slurm", *SMALL_RUN, "--retries", "0", check=False)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0
+    assert "Error in rule featurise" in out
+    assert "logs/featurise/train.log" in out
+    assert "max_reject_fraction" in (project / "logs/featurise/train.log").read_text()
+    # The kept SLURM log of the failed job is named too.
+    failed_jobs = slurm_jobs_by_rule(out)["featurise"]
+    assert any(f"rule_featurise/train/{jobid}.log" in out for jobid in failed_jobs)
+    assert not (project / "results/features/train.npz").exists()
+
+
+def test_missing_partition_fails_fast_naming_it(slurm_cluster, project: Path, tmp_path: Path) -> None:
+    # The documented override path: a site profile, the shipped profile untouched.
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "config.yaml").write_text(yaml.safe_dump({"default-resources": {"slurm_partition": "nosuchpart"}}))
+    started = time.monotonic()
+    proc = run_snakemake(
+        project, "--profile", "profiles/slurm", "--workflow-profile", str(site), *SMALL_RUN, check=False, timeout=120
+    )
+    assert proc.returncode != 0
+    assert "nosuchpart" in proc.stdout + proc.stderr
+    assert time.monotonic() - started < 120
+    assert not (project / "results/split").exists()
+
+
+def test_scancelled_job_is_reported_and_retried(slurm_cluster, project: Path) -> None:
+    # Long enough to be caught running: many epochs on the small subset.
+    config = ["--config", "data={limit: 200}", "train={max_epochs: 400, patience: 400, hidden_sizes: [512, 256]}"]
+    snakemake = subprocess.Popen(
+        [sys.executable, "-m", "snakemake", "--profile", "profiles/slurm", *config],
+        cwd=project,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        jobid = None
+        deadline = time.time() + 300
+        while jobid is None and time.time() < deadline and snakemake.poll() is None:
+            out = subprocess.run(["squeue", "-h", "-t", "R", "-o", "%i %k"], capture_output=True, text=True).stdout
+            for line in out.splitlines():
+                ident, _, comment = line.partition(" ")
+                if comment.startswith("rule_train") and (project / "logs/train.log").exists():
+                    jobid = ident
+            time.sleep(0.5)
+        assert jobid is not None, "train job never ran"
+        time.sleep(2)
+        subprocess.run(["scancel", jobid], check=True)
+        output, _ = snakemake.communicate(timeout=600)
+    finally:
+        if snakemake.poll() is None:
+            snakemake.kill()
+    assert snakemake.returncode == 0, output[-3000:]
+    assert "CANCELLED" in output
+    jobs = slurm_jobs_by_rule(output)
+    assert len(jobs["train"]) == 2 and jobs["train"][0] == jobid
+    assert (project / "results/metrics.json").is_file()
+
+
+def test_dry_run_without_slurm_binaries(tmp_path: Path, project: Path) -> None:
+    import shutil
+
+    slurm_tools = {"sbatch", "srun", "squeue", "sacct", "sinfo", "scontrol", "scancel", "sacctmgr", "salloc", "sstat"}
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    for entry in Path("/usr/bin").iterdir():
+        if entry.name not in slurm_tools:
+            (bindir / entry.name).symlink_to(entry)
+    assert shutil.which("sbatch", path=str(bindir)) is None
+    env = {"HOME": os.environ.get("HOME", "/root"), "PATH": str(bindir)}
+    proc = subprocess.run(
+        [sys.executable, "-m", "snakemake", "-n", "--profile", "profiles/slurm"],
+        cwd=project,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "train" in proc.stdout
+
+
+def test_make_dag_renders_every_rule(tmp_path: Path) -> None:
+    proc = subprocess.run(
+        ["make", "-s", "dag", f"DAG_DIR={tmp_path}"], cwd=REPO, capture_output=True, text=True, timeout=600
+    )
+    assert proc.returncode == 0, proc.stderr
+    for name in ("dag.svg", "rulegraph.svg"):
+        svg = (tmp_path / name).read_text()
+        for rule in ("split", "featurise", "train", "evaluate", "all"):
+            assert f">{rule}<" in svg, (name, rule)
