@@ -57,3 +57,41 @@ def slurm_cluster() -> None:
     proc = subprocess.run([str(REPO / "scripts" / "slurm-cluster"), "up"], capture_output=True, text=True, timeout=600)
     if proc.returncode != 0:
         pytest.fail(f"scripts/slurm-cluster up failed:\n{proc.stdout}\n{proc.stderr}")
+
+
+def git(cwd: Path, *args: str) -> str:
+    return subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True, text=True).stdout
+
+
+def dvc(cwd: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    exe = Path(sys.executable).parent / "dvc"
+    proc = subprocess.run([str(exe), *args], cwd=cwd, capture_output=True, text=True, env=_dvc_env())
+    if check and proc.returncode != 0:
+        raise AssertionError(f"dvc {' '.join(args)} failed:\n{proc.stdout}\n{proc.stderr}")
+    return proc
+
+
+def _dvc_env() -> dict[str, str]:
+    import os
+
+    return {**os.environ, "DVC_NO_ANALYTICS": "1"}
+
+
+def dvc_project(dest: Path, remote: Path) -> Path:
+    """A git + DVC repo like a clone of this one: the repo's .dvc/config, a directory remote, a bare origin."""
+    copy_project(dest)
+    for name in ("dvc.yaml", ".gitignore"):
+        shutil.copy2(REPO / name, dest / name)
+    git(dest, "init", "-q", "-b", "main")
+    git(dest, "config", "user.email", "test@example.com")
+    git(dest, "config", "user.name", "snakedvc tests")
+    dvc(dest, "init", "-q")
+    shutil.copy2(REPO / ".dvc" / "config", dest / ".dvc" / "config")
+    dvc(dest, "remote", "modify", "demo", "url", str(remote))
+    origin = dest.parent / "origin.git"
+    git(dest.parent, "init", "-q", "--bare", "--initial-branch=main", str(origin))
+    git(dest, "remote", "add", "origin", str(origin))
+    git(dest, "add", "-A")
+    git(dest, "commit", "-q", "-m", "project")
+    git(dest, "push", "-q", "origin", "main")
+    return dest

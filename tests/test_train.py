@@ -72,3 +72,10 @@ def test_epoch_order_is_a_pure_function() -> None:
     assert torch.equal(epoch_order(50, 1, 3), epoch_order(50, 1, 3))
     assert not torch.equal(epoch_order(50, 1, 3), epoch_order(50, 1, 4))
     assert sorted(epoch_order(50, 1, 3).tolist()) == list(range(50))
+
+
+def test_divergence_is_a_clear_error(esol_features) -> None:
+    from snakedvc.train import TrainingDivergedError
+
+    with pytest.raises(TrainingDivergedError, match="train.lr"):
+        train_model(esol_features["train"], esol_features["valid"], TrainConfig(hidden_sizes=(32,), lr=1e30))

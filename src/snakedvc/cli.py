@@ -106,7 +106,11 @@ def cmd_evaluate(args: argparse.Namespace) -> None:
 
 
 def cmd_summary(args: argparse.Namespace) -> None:
-    path = Path(args.metrics)
+    print_summary(args.metrics)
+
+
+def print_summary(metrics_path: str | Path) -> None:
+    path = Path(metrics_path)
     if not path.is_file():
         return
     metrics = json.loads(path.read_text())
@@ -114,6 +118,28 @@ def cmd_summary(args: argparse.Namespace) -> None:
         f"snakedvc: test RMSE {metrics['rmse']:.3f}  MAE {metrics['mae']:.3f}  "
         f"R² {metrics['r2']:.3f}  (n={metrics['n']}, {path})"
     )
+
+
+def cmd_track(args: argparse.Namespace) -> None:
+    from snakedvc.tracking import track
+
+    track(args.paths)
+    log.info("recorded in DVC: %s", " ".join(args.paths))
+
+
+def cmd_exp_save(args: argparse.Namespace) -> None:
+    from snakedvc.config import load_config
+    from snakedvc.tracking import save_experiment
+
+    config = load_config(args.config, args.schema)
+    print(save_experiment(config, name=args.name, message=args.message, push=args.push))
+
+
+def cmd_restore(args: argparse.Namespace) -> None:
+    from snakedvc.tracking import restore
+
+    restore(args.name)
+    print(f"restored {args.name}; `snakemake -n` now plans only what differs from it")
 
 
 def cmd_check_config(args: argparse.Namespace) -> None:
@@ -166,6 +192,19 @@ def build_parser() -> argparse.ArgumentParser:
     p = step("summary", cmd_summary, "print the test metrics of a finished run")
     p.add_argument("--metrics", required=True)
 
+    p = step("track", cmd_track, "dvc add finished outputs (serialised; submit host only)")
+    p.add_argument("paths", nargs="+")
+
+    p = step("exp-save", cmd_exp_save, "dvc exp save the workspace with a config's params")
+    p.add_argument("--config", default="params.yaml")
+    p.add_argument("--schema", default="workflow/schemas/config.schema.yaml")
+    p.add_argument("--name", default="")
+    p.add_argument("--message", default="")
+    p.add_argument("--push", action="store_true")
+
+    p = step("restore", cmd_restore, "dvc exp apply NAME and mark its outputs up to date for Snakemake")
+    p.add_argument("name")
+
     p = step("check-config", cmd_check_config, "validate a config file against the schema")
     p.add_argument("config")
     p.add_argument("--schema", default="workflow/schemas/config.schema.yaml")
@@ -176,12 +215,23 @@ def main(argv: list[str] | None = None) -> int:
     from snakedvc.config import ConfigError
     from snakedvc.data import DataError
     from snakedvc.features import TooManyRejectsError
+    from snakedvc.tracking import TrackingError
+    from snakedvc.train import TrainingDivergedError
 
     args = build_parser().parse_args(argv)
     _setup_logging(getattr(args, "log", None))
     try:
         args.func(args)
-    except (UserError, ConfigError, DataError, FileNotFoundError, TooManyRejectsError) as error:
+    except (
+        UserError,
+        ConfigError,
+        DataError,
+        FileNotFoundError,
+        TooManyRejectsError,
+        TrackingError,
+        TrainingDivergedError,
+        ValueError,
+    ) as error:
         log.error("%s", error)
         print(f"snakedvc {args.command}: error: {error}", file=sys.stderr)
         return 1

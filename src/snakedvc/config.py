@@ -52,6 +52,8 @@ def _coerce(value: Any, schema: dict[str, Any]) -> Any:
             return int(value)
         if wanted == "number":
             return float(value)
+        if wanted == "boolean" and value.lower() in ("true", "false"):
+            return value.lower() == "true"
     except ValueError:
         pass
     return value

@@ -24,6 +24,10 @@ log = logging.getLogger(__name__)
 HISTORY_COLUMNS = ("epoch", "train_loss", "valid_loss", "valid_rmse")
 
 
+class TrainingDivergedError(RuntimeError):
+    """The loss became NaN or infinite."""
+
+
 @dataclass
 class TrainResult:
     model: MLP
@@ -84,6 +88,10 @@ def train_model(train: FeatureSet, valid: FeatureSet, cfg: TrainConfig) -> Train
             running += float(loss.detach()) * len(idx)
             seen += len(idx)
         train_loss = running / seen
+        if not math.isfinite(train_loss):
+            raise TrainingDivergedError(
+                f"training diverged: train loss is {train_loss} at epoch {epoch}; lower train.lr (now {cfg.lr:g})"
+            )
         valid_loss = _mean_loss(model, X_valid, y_valid) if len(X_valid) else train_loss
         valid_rmse = math.sqrt(valid_loss) * y_std
         rows.append((epoch, train_loss, valid_loss, valid_rmse))

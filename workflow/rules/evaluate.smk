@@ -24,6 +24,3 @@ rule evaluate:
         " --predictions {output.predictions:q} --parity {output.parity:q}"
         " --loss-curve {output.loss_curve:q}"
 
-
-onsuccess:
-    shell("python -m snakedvc summary --metrics results/metrics.json")

@@ -1,0 +1,192 @@
+"""Recording results in DVC: `dvc add` after each tracked rule, `dvc exp save` at the end of a run.
+
+Runs only on the submit host (the workflow calls it from local rules and its
+`onsuccess` handler, never inside a SLURM job), and one DVC command at a time:
+DVC's repo lock gives up after about 3 s and `dvc exp save` has a lock of its
+own, so every call here holds an exclusive file lock in `.dvc/tmp` first.
+All commands are argument lists: nothing from config or the command line
+reaches a shell.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import logging
+import os
+import re
+import subprocess
+import sys
+import time
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from snakedvc.io import atomic_path
+
+log = logging.getLogger(__name__)
+
+LOCK_FILE = Path(".dvc") / "tmp" / "snakedvc.lock"
+EFFECTIVE_PARAMS = Path("results") / "params.yaml"
+# Small text results kept in the experiment's git commit (dvc.yaml reads them from there).
+GIT_RESULTS = ("results/metrics.json", "results/plots/loss.csv", "results/predictions.csv")
+SKIP_SAVE_ENV = "SNAKEDVC_SKIP_EXP_SAVE"
+_EXP_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
+
+
+class TrackingError(RuntimeError):
+    """A DVC command failed or the lock could not be had."""
+
+
+def is_dvc_repo(root: Path | str = ".") -> bool:
+    return (Path(root) / ".dvc").is_dir()
+
+
+def validate_experiment_name(name: str) -> str:
+    """Return ``name`` if it is a safe experiment (git ref) name, else raise ValueError naming it."""
+    if not _EXP_NAME.match(name) or ".." in name or name.endswith((".lock", ".")):
+        raise ValueError(
+            f"experiment name {name!r} is not allowed: use 1-100 letters, digits, '.', '_' or '-', "
+            "starting with a letter or digit"
+        )
+    return name
+
+
+@contextlib.contextmanager
+def repo_lock(root: Path | str = ".", timeout: float = 900.0) -> Iterator[None]:
+    """Exclusive lock serialising our DVC commands across processes on this host."""
+    path = Path(root) / LOCK_FILE
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a") as handle:
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    raise TrackingError(f"timed out after {timeout:.0f}s waiting for {path}") from None
+                time.sleep(0.1)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def dvc_command() -> list[str]:
+    """DVC from the running interpreter's environment."""
+    exe = Path(sys.executable).parent / "dvc"
+    return [str(exe)] if exe.exists() else [sys.executable, "-m", "dvc"]
+
+
+def run_dvc(args: Sequence[str], root: Path | str = ".") -> str:
+    env = {**os.environ, "DVC_NO_ANALYTICS": "1"}
+    cmd = [*dvc_command(), "--wait-for-lock", *args]
+    log.info("running: dvc %s", " ".join(args))
+    proc = subprocess.run(cmd, cwd=root, env=env, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise TrackingError(f"dvc {' '.join(args)} failed (exit {proc.returncode}):\n{proc.stderr.strip()}")
+    return proc.stdout
+
+
+def track(paths: Sequence[str | Path], root: Path | str = ".") -> None:
+    """`dvc add` finished outputs (copies into the cache; the workspace file is untouched)."""
+    missing = [str(p) for p in paths if not (Path(root) / p).is_file()]
+    if missing:
+        raise TrackingError(f"cannot track missing output(s): {', '.join(missing)}")
+    with repo_lock(root):
+        run_dvc(["add", "--quiet", *map(str, paths)], root)
+
+
+def write_effective_params(config: dict[str, Any], root: Path | str = ".") -> Path:
+    """The config the run really used (params.yaml plus --config overrides), for `dvc exp show`."""
+    path = Path(root) / EFFECTIVE_PARAMS
+    with atomic_path(path) as tmp:
+        tmp.write_text(
+            "# Written by snakedvc at the end of a run: the config it really used.\n"
+            + yaml.safe_dump(config, sort_keys=True)
+        )
+    return path
+
+
+def experiment_files(root: Path | str = ".") -> list[str]:
+    """Untracked files that belong in the experiment commit: .dvc files, their .gitignores, small results."""
+    base = Path(root)
+    found = {str(p.relative_to(base)) for p in (base / "results").rglob("*.dvc")}
+    found |= {str(p.relative_to(base)) for p in (base / "results").rglob(".gitignore")}
+    found |= {name for name in (*GIT_RESULTS, str(EFFECTIVE_PARAMS)) if (base / name).is_file()}
+    return sorted(found)
+
+
+def save_experiment(
+    config: dict[str, Any],
+    name: str = "",
+    message: str = "",
+    push: bool = False,
+    root: Path | str = ".",
+) -> str:
+    """`dvc exp save` the workspace with the effective params; returns the experiment's name."""
+    if name:
+        validate_experiment_name(name)
+    write_effective_params(config, root)
+    args = ["exp", "save", "--force"] if name else ["exp", "save"]
+    if name:
+        args += ["--name", name]
+    if message:
+        args += ["--message", message]
+    for path in experiment_files(root):
+        args += ["--include-untracked", path]
+    with repo_lock(root):
+        out = run_dvc(args, root)
+        match = re.search(r"saved as:\s*(\S+)", out)
+        saved = match.group(1) if match else name
+        if push:
+            run_dvc(["push", "--quiet"], root)
+            run_dvc(["exp", "push", "origin", saved], root)
+    log.info("experiment saved: %s", saved)
+    return saved
+
+
+def restore(name: str, root: Path | str = ".") -> None:
+    """`dvc exp apply` an experiment, then make Snakemake see its outputs as up to date.
+
+    DVC restores files with fresh mtimes in no particular order, and Snakemake's
+    metadata still holds the params of the last run: `snakemake --touch` with the
+    experiment's own effective config re-stamps both in DAG order. A later
+    `snakemake -n` then plans only what differs between params.yaml and that config.
+    """
+    validate_experiment_name(name)
+    with repo_lock(root):
+        run_dvc(["exp", "apply", name], root)
+    base = [sys.executable, "-m", "snakemake", "--cores", "1"]
+    if (Path(root) / EFFECTIVE_PARAMS).is_file():
+        base += ["--configfile", str(EFFECTIVE_PARAMS)]
+    # One --touch pass decides up front what to touch, so leaves whose inputs it
+    # re-stamps (the .dvc files) can be left behind: repeat until nothing is planned.
+    env = {**os.environ, SKIP_SAVE_ENV: "1"}  # touching is not a run: save no experiment
+    for _ in range(4):
+        proc = subprocess.run([*base, "--touch", "--quiet"], cwd=root, env=env, capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise TrackingError(f"snakemake --touch failed:\n{proc.stderr[-2000:]}")
+        plan = subprocess.run([*base, "--dry-run"], cwd=root, env=env, capture_output=True, text=True)
+        if "Nothing to be done" in plan.stdout + plan.stderr:
+            break
+    log.info("restored experiment %s; outputs marked up to date", name)
+
+
+def finish_run(config: dict[str, Any], root: Path | str = ".") -> str | None:
+    """End-of-run hook: save the experiment when tracking is on and this is a DVC repo."""
+    settings = config.get("tracking", {})
+    if not settings.get("enabled", True) or os.environ.get(SKIP_SAVE_ENV) == "1":
+        return None
+    if not is_dvc_repo(root):
+        log.info("not a DVC repository (no .dvc/): run not recorded")
+        return None
+    return save_experiment(
+        config,
+        name=settings.get("experiment_name", ""),
+        push=bool(settings.get("push", False)),
+        root=root,
+    )

@@ -1,0 +1,216 @@
+"""The DVC hook on real git + DVC repos with a directory remote."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from snakedvc.tracking import TrackingError, track, validate_experiment_name
+from tests.conftest import REPO, SMALL_RUN, dvc, dvc_project, git, run_snakemake
+
+SMALL = SMALL_RUN[1:]  # the --config values
+
+
+def md5(path: Path) -> str:
+    return hashlib.md5(path.read_bytes()).hexdigest()
+
+
+def experiments(repo: Path) -> dict[str, dict]:
+    """name -> {'params': ..., 'metrics': ...} from `dvc exp show --json`."""
+    shown = json.loads(dvc(repo, "exp", "show", "--json").stdout)
+    found = {}
+    for commit in shown:
+        for exp in commit.get("experiments") or []:
+            rev = exp["revs"][0]
+            data = rev["data"]
+            found[exp.get("name") or rev.get("name")] = {
+                "params": data["params"]["results/params.yaml"]["data"],
+                "metrics": data["metrics"]["results/metrics.json"]["data"],
+            }
+    return found
+
+
+@pytest.mark.parametrize("name", ["run-1", "lr_0.001", "A"])
+def test_good_experiment_names(name: str) -> None:
+    assert validate_experiment_name(name) == name
+
+
+@pytest.mark.parametrize("name", ["x; touch /tmp/pwned", "$(reboot)", "-rf", "a/b", "a..b", "x.lock", ""])
+def test_bad_experiment_names_are_rejected(name: str) -> None:
+    with pytest.raises(ValueError, match="not allowed"):
+        validate_experiment_name(name)
+
+
+def test_injected_experiment_name_fails_before_any_job(project: Path, tmp_path: Path) -> None:
+    target = tmp_path / "pwned"
+    proc = run_snakemake(
+        project,
+        "--profile",
+        "profiles/local",
+        "--config",
+        f"tracking={{experiment_name: 'x; touch {target}'}}",
+        check=False,
+    )
+    assert proc.returncode != 0
+    assert "tracking.experiment_name" in proc.stdout + proc.stderr
+    assert not target.exists()
+    assert not (project / "results").exists()
+
+
+def test_track_refuses_missing_output(tmp_path: Path) -> None:
+    with pytest.raises(TrackingError, match="missing output"):
+        track(["nope.bin"], root=tmp_path)
+
+
+@pytest.mark.slow
+def test_two_runs_are_two_experiments_and_restore_is_exact(tmp_path: Path) -> None:
+    repo = dvc_project(tmp_path / "repo", tmp_path / "remote")
+    run_snakemake(repo, "--profile", "profiles/local", "--config", *SMALL, "tracking={experiment_name: first}")
+    first_metrics = json.loads((repo / "results/metrics.json").read_text())
+    first_model = md5(repo / "results/model/model.pt")
+    run_snakemake(
+        repo,
+        "--profile",
+        "profiles/local",
+        "--config",
+        "data={limit: 200}",
+        "train={max_epochs: 4, hidden_sizes: [32], lr: 0.003}",
+        "tracking={experiment_name: second}",
+    )
+    second_metrics = json.loads((repo / "results/metrics.json").read_text())
+    assert md5(repo / "results/model/model.pt") != first_model
+
+    exps = experiments(repo)
+    assert set(exps) == {"first", "second"}
+    assert exps["first"]["metrics"] == first_metrics
+    assert exps["second"]["metrics"] == second_metrics
+    assert exps["first"]["params"]["train"]["lr"] == 0.001
+    assert exps["second"]["params"]["train"]["lr"] == 0.003  # the --config override, not params.yaml
+    assert exps["second"]["params"]["data"]["limit"] == 200
+    # Every artifact is in the DVC cache.
+    assert dvc(repo, "status", "--quiet", check=False).returncode == 0
+
+    subprocess.run([sys.executable, "-m", "snakedvc", "restore", "first"], cwd=repo, check=True)
+    assert md5(repo / "results/model/model.pt") == first_model
+    plan = run_snakemake(repo, "-n", "--profile", "profiles/local", "--config", *SMALL)
+    assert "Nothing to be done" in plan.stdout + plan.stderr
+    # Tracked outputs stay writable for the next run.
+    assert (repo / "results/model/model.pt").stat().st_mode & 0o200
+
+
+@pytest.mark.slow
+def test_failed_train_saves_no_experiment_but_keeps_features(tmp_path: Path) -> None:
+    repo = dvc_project(tmp_path / "repo", tmp_path / "remote")
+    diverging = ["--config", "data={limit: 200}", "train={max_epochs: 4, hidden_sizes: [32], lr: 1e30}"]
+    proc = run_snakemake(repo, "--profile", "profiles/local", *diverging, check=False)
+    assert proc.returncode != 0
+    assert "Error in rule train" in proc.stdout + proc.stderr
+    assert "training diverged" in (repo / "logs/train.log").read_text()
+    assert experiments(repo) == {}
+    for split in ("train", "valid", "test"):
+        dvc_file = repo / f"results/features/{split}.npz.dvc"
+        assert dvc_file.is_file()
+        entry = yaml.safe_load(dvc_file.read_text())["outs"][0]
+        assert entry["md5"] == md5(repo / f"results/features/{split}.npz")
+    # The cache holds exactly what the .dvc files name: nothing half-written.
+    cached = {p.parent.name + p.name for p in (repo / ".dvc/cache/files/md5").rglob("*") if p.is_file()}
+    named = {yaml.safe_load(p.read_text())["outs"][0]["md5"] for p in (repo / "results").rglob("*.dvc")}
+    assert cached == named
+    assert not (repo / "results/model/model.pt.dvc").exists()
+
+
+@pytest.mark.slow
+def test_push_then_fresh_clone_pulls_run_and_model(tmp_path: Path) -> None:
+    repo = dvc_project(tmp_path / "repo", tmp_path / "remote")
+    run_snakemake(
+        repo, "--profile", "profiles/local", "--config", *SMALL, "tracking={experiment_name: shared, push: true}"
+    )
+    model = md5(repo / "results/model/model.pt")
+    clone = tmp_path / "clone"
+    git(tmp_path, "clone", "-q", str(tmp_path / "origin.git"), str(clone))
+    dvc(clone, "exp", "pull", "origin", "shared")
+    assert "shared" in dvc(clone, "exp", "list", "--name-only").stdout
+    dvc(clone, "exp", "apply", "shared")
+    dvc(clone, "pull", "results/model/model.pt.dvc")
+    assert md5(clone / "results/model/model.pt") == model
+
+
+FANOUT = """
+rule all:
+    input: expand("out/{i}.bin.dvc", i=range(8))
+
+rule make:
+    output: "out/{i}.bin"
+    resources: mem_mb=100, runtime=5
+    shell: "sleep 2; head -c 200000 /dev/urandom > {output}"
+
+rule track:
+    input: "out/{i}.bin"
+    output: "out/{i}.bin.dvc"
+    localrule: True
+    shell: "python -m snakedvc track {input}"
+"""
+
+
+def fanout_repo(tmp_path: Path) -> Path:
+    repo = tmp_path / "fan"
+    repo.mkdir()
+    (repo / "Snakefile").write_text(FANOUT)
+    git(repo, "init", "-q")
+    dvc(repo, "init", "-q")
+    dvc(repo, "config", "core.analytics", "false")
+    (repo / "profiles/slurm").mkdir(parents=True)
+    shutil.copy2(REPO / "profiles/slurm/config.yaml", repo / "profiles/slurm/config.yaml")
+    return repo
+
+
+def venv_env() -> dict[str, str]:
+    """The fan-out Snakefile calls `python -m snakedvc`: this venv first on PATH."""
+    return {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+
+
+def assert_all_eight_recorded(repo: Path, output: str) -> None:
+    assert "Unable to acquire lock" not in output
+    ignored = (repo / "out/.gitignore").read_text().split()
+    assert sorted(ignored) == sorted(f"/{i}.bin" for i in range(8))
+    for i in range(8):
+        entry = yaml.safe_load((repo / f"out/{i}.bin.dvc").read_text())["outs"][0]
+        assert entry["md5"] == md5(repo / f"out/{i}.bin")
+    assert dvc(repo, "status", "--quiet", check=False).returncode == 0
+
+
+@pytest.mark.slow
+def test_eight_concurrent_tracked_jobs_locally(tmp_path: Path) -> None:
+    repo = fanout_repo(tmp_path)
+    proc = subprocess.run(
+        [sys.executable, "-m", "snakemake", "--cores", "8", "--jobs", "8"],
+        cwd=repo,
+        capture_output=True,
+        text=True,
+        env=venv_env(),
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert_all_eight_recorded(repo, proc.stdout + proc.stderr)
+
+
+@pytest.mark.slurm
+def test_eight_concurrent_tracked_jobs_through_slurm(slurm_cluster, tmp_path: Path) -> None:
+    repo = fanout_repo(tmp_path)
+    proc = subprocess.run(
+        [sys.executable, "-m", "snakemake", "--profile", "profiles/slurm", "--jobs", "8", "--local-cores", "8"],
+        cwd=repo,
+        capture_output=True,
+        text=True,
+        env=venv_env(),
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "submitted with SLURM jobid" in proc.stdout + proc.stderr
+    assert_all_eight_recorded(repo, proc.stdout + proc.stderr)
