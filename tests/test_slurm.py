@@ -186,3 +186,21 @@ def test_make_dag_renders_every_rule(tmp_path: Path) -> None:
         svg = (tmp_path / name).read_text()
         for rule in ("split", "featurise", "train", "evaluate", "all"):
             assert f">{rule}<" in svg, (name, rule)
+
+
+def test_train_with_two_processes_through_slurm(slurm_cluster, project: Path) -> None:
+    config = [
+        "--config",
+        "data={limit: 200}",
+        "train={max_epochs: 3, hidden_sizes: [32]}",
+        "resources={train: {processes: 2}}",
+    ]
+    proc = run_snakemake(project, "--profile", "profiles/slurm", *config)
+    log = (project / "logs/train.log").read_text()
+    assert "rank 0 of 2" in log and "rank 1 of 2" in log
+    (jobid,) = slurm_jobs_by_rule(proc.stdout + proc.stderr)["train"]
+    row = wait_for_sacct(jobid)
+    assert row["partition"] == "gpu"
+    assert "cpu=2" in row["tres"] and "gres/gpu=1" in row["tres"], row
+    assert row["state"] == "COMPLETED"
+    assert (project / "results/metrics.json").is_file()

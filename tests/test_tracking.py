@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from snakedvc.tracking import TrackingError, track, validate_experiment_name
-from tests.conftest import REPO, SMALL_RUN, dvc, dvc_project, git, run_snakemake
+from tests.conftest import REPO, SMALL_RUN, dvc, dvc_project, git, run_snakemake, slurm_jobs_by_rule
 
 SMALL = SMALL_RUN[1:]  # the --config values
 
@@ -212,5 +212,7 @@ def test_eight_concurrent_tracked_jobs_through_slurm(slurm_cluster, tmp_path: Pa
         env=venv_env(),
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert "submitted with SLURM jobid" in proc.stdout + proc.stderr
+    jobs = slurm_jobs_by_rule(proc.stdout + proc.stderr)
+    assert len(jobs["make"]) == 8
+    assert "track" not in jobs  # DVC runs on the submit host only
     assert_all_eight_recorded(repo, proc.stdout + proc.stderr)

@@ -38,7 +38,7 @@ def test_same_config_gives_bitwise_identical_weights(esol_features, tmp_path: Pa
 def test_different_seed_gives_different_weights(esol_features) -> None:
     a = train_model(esol_features["train"], esol_features["valid"], SMALL)
     b = train_model(esol_features["train"], esol_features["valid"], TrainConfig(**{**SMALL.__dict__, "seed": 8}))
-    assert not torch.equal(a.model.net[0].weight, b.model.net[0].weight)
+    assert not torch.equal(a.model.hidden[0].weight, b.model.hidden[0].weight)
 
 
 def test_training_loss_decreases(esol_features) -> None:

@@ -78,13 +78,23 @@ def cmd_featurise(args: argparse.Namespace) -> None:
 
 def cmd_train(args: argparse.Namespace) -> None:
     from snakedvc.config import TrainConfig, section
+    from snakedvc.distributed import session
     from snakedvc.features import load_features
     from snakedvc.train import save_result, train_model
 
     cfg = section(TrainConfig, _params(args))
-    result = train_model(load_features(args.train), load_features(args.valid), cfg)
-    save_result(result, args.model, args.history)
-    log.info("best epoch %d; model -> %s", result.best_epoch, args.model)
+    with session() as ctx:
+        result = train_model(load_features(args.train), load_features(args.valid), cfg, ctx)
+        if ctx.is_main:
+            save_result(result, args.model, args.history)
+            log.info("best epoch %d; model -> %s", result.best_epoch, args.model)
+
+
+def cmd_launch(args: argparse.Namespace) -> None:
+    from snakedvc.launch import Layout, run_training
+
+    train_args = [a for a in args.train_args if a != "--"]
+    run_training(Layout(nodes=args.nodes, procs_per_node=args.procs_per_node), train_args)
 
 
 def cmd_evaluate(args: argparse.Namespace) -> None:
@@ -179,6 +189,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--valid", required=True)
     p.add_argument("--model", required=True)
     p.add_argument("--history", required=True)
+
+    p = step("launch", cmd_launch, "start `train` on 1 process, N processes (torchrun) or N nodes (srun + torchrun)")
+    p.add_argument("--nodes", type=int, default=1)
+    p.add_argument("--procs-per-node", type=int, default=1)
+    p.add_argument("train_args", nargs=argparse.REMAINDER, help="-- followed by the train subcommand's arguments")
 
     p = step("evaluate", cmd_evaluate, "test metrics, predictions, parity plot, loss curve")
     p.add_argument("--model", required=True)

@@ -1,4 +1,9 @@
-"""The regression model: a plain MLP over fingerprint bits, plus saving/loading it."""
+"""The regression model: a plain MLP over fingerprint bits, plus saving/loading it.
+
+Dropout masks are passed in rather than drawn inside the model: the trainer draws
+them for the whole global batch from a generator seeded by (seed, epoch, step),
+so 1 or N processes, and a resumed run, see exactly the same masks.
+"""
 
 from __future__ import annotations
 
@@ -15,16 +20,25 @@ from snakedvc.io import atomic_path
 class MLP(nn.Module):
     def __init__(self, n_features: int, hidden_sizes: tuple[int, ...], dropout: float) -> None:
         super().__init__()
-        layers: list[nn.Module] = []
-        width = n_features
-        for hidden in hidden_sizes:
-            layers += [nn.Linear(width, hidden), nn.ReLU(), nn.Dropout(dropout)]
-            width = hidden
-        layers.append(nn.Linear(width, 1))
-        self.net = nn.Sequential(*layers)
+        widths = [n_features, *hidden_sizes]
+        self.hidden = nn.ModuleList(nn.Linear(a, b) for a, b in zip(widths[:-1], widths[1:], strict=True))
+        self.out = nn.Linear(widths[-1], 1)
+        self.dropout = dropout
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.net(x).squeeze(-1)
+    def forward(self, x: torch.Tensor, masks: list[torch.Tensor] | None = None) -> torch.Tensor:
+        for index, layer in enumerate(self.hidden):
+            x = torch.relu(layer(x))
+            if masks is not None and self.dropout > 0:
+                x = x * masks[index] / (1.0 - self.dropout)
+        return self.out(x).squeeze(-1)
+
+
+def dropout_masks(
+    batch: int, hidden_sizes: tuple[int, ...], p: float, seed: int, epoch: int, step: int
+) -> list[torch.Tensor]:
+    """Keep-masks for one global batch, a pure function of (seed, epoch, step)."""
+    generator = torch.Generator().manual_seed((seed * 1_000_003 + epoch) * 1_000_003 + step)
+    return [(torch.rand(batch, width, generator=generator) >= p).float() for width in hidden_sizes]
 
 
 def save_model(path: str | Path, model: MLP, meta: dict[str, Any]) -> None:

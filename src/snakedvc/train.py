@@ -1,4 +1,11 @@
-"""Training loop: seeded, deterministic on CPU, early stopping on validation loss."""
+"""Training loop: one code path for 1..N processes (torchrun), deterministic on CPU.
+
+Every rank sees the same global batch order, a pure function of (seed, epoch);
+each takes an equal-as-possible slice of every global batch; the loss is scaled
+so that DDP's gradient average equals the single-process gradient of the whole
+global batch. Dropout masks are drawn per global batch (see model.py). Hence 1
+and N processes give the same weights up to floating-point summation order.
+"""
 
 from __future__ import annotations
 
@@ -15,9 +22,10 @@ from torch import nn
 
 from snakedvc.config import TrainConfig
 from snakedvc.data import DataError
+from snakedvc.distributed import DistContext, all_sum
 from snakedvc.features import FeatureSet
 from snakedvc.io import atomic_path
-from snakedvc.model import MLP, save_model
+from snakedvc.model import MLP, dropout_masks, save_model
 
 log = logging.getLogger(__name__)
 
@@ -48,62 +56,85 @@ def epoch_order(n: int, seed: int, epoch: int) -> torch.Tensor:
     return torch.randperm(n, generator=generator)
 
 
-def _mean_loss(model: MLP, X: torch.Tensor, y: torch.Tensor, batch: int = 1024) -> float:
+def rank_slice(n: int, ctx: DistContext) -> slice:
+    """This rank's contiguous share of n items (shares differ by at most one)."""
+    base, extra = divmod(n, ctx.world_size)
+    start = ctx.rank * base + min(ctx.rank, extra)
+    return slice(start, start + base + (1 if ctx.rank < extra else 0))
+
+
+def _sum_squared_error(model: nn.Module, X: torch.Tensor, y: torch.Tensor, batch: int = 1024) -> float:
     model.eval()
     total = 0.0
     with torch.no_grad():
         for start in range(0, len(X), batch):
-            pred = model(X[start : start + batch])
-            total += float(((pred - y[start : start + batch]) ** 2).sum())
-    return total / max(len(X), 1)
+            total += float(((model(X[start : start + batch]) - y[start : start + batch]) ** 2).sum())
+    return total
 
 
-def train_model(train: FeatureSet, valid: FeatureSet, cfg: TrainConfig) -> TrainResult:
+def train_model(train: FeatureSet, valid: FeatureSet, cfg: TrainConfig, ctx: DistContext | None = None) -> TrainResult:
+    ctx = ctx or DistContext()
     if len(train) == 0:
         raise DataError("the training split has no valid molecules")
     make_deterministic(cfg.seed, cfg.torch_threads)
     y_mean = float(np.mean(train.y))
     y_std = float(np.std(train.y)) or 1.0
-    X_train = torch.from_numpy(train.X)
-    y_train = torch.from_numpy(((train.y - y_mean) / y_std).astype(np.float32))
-    X_valid = torch.from_numpy(valid.X)
-    y_valid = torch.from_numpy(((valid.y - y_mean) / y_std).astype(np.float32))
+    device = ctx.device
+    X_train = torch.from_numpy(train.X).to(device)
+    y_train = torch.from_numpy(((train.y - y_mean) / y_std).astype(np.float32)).to(device)
+    mine = rank_slice(len(valid), ctx)
+    X_valid = torch.from_numpy(valid.X[mine]).to(device)
+    y_valid = torch.from_numpy(((valid.y[mine] - y_mean) / y_std).astype(np.float32)).to(device)
 
-    model = MLP(X_train.shape[1], cfg.hidden_sizes, cfg.dropout)
+    model = MLP(X_train.shape[1], cfg.hidden_sizes, cfg.dropout).to(device)
+    net: nn.Module = model
+    if ctx.distributed:
+        net = nn.parallel.DistributedDataParallel(model, device_ids=[device] if device.type == "cuda" else None)
     optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
-    loss_fn = nn.MSELoss()
 
     best_loss, best_epoch, best_state = math.inf, 0, copy.deepcopy(model.state_dict())
     rows = []
     for epoch in range(1, cfg.max_epochs + 1):
-        model.train()
+        net.train()
         order = epoch_order(len(X_train), cfg.seed, epoch)
-        seen, running = 0, 0.0
-        for start in range(0, len(order), cfg.batch_size):
-            idx = order[start : start + cfg.batch_size]
+        running = 0.0
+        for step, start in enumerate(range(0, len(order), cfg.batch_size)):
+            batch = order[start : start + cfg.batch_size]
+            share = rank_slice(len(batch), ctx)
+            idx = batch[share].to(device)
+            masks = [
+                m[share].to(device)
+                for m in dropout_masks(len(batch), cfg.hidden_sizes, cfg.dropout, cfg.seed, epoch, step)
+            ]
             optimizer.zero_grad(set_to_none=True)
-            loss = loss_fn(model(X_train[idx]), y_train[idx])
-            loss.backward()
+            squared = ((net(X_train[idx], masks) - y_train[idx]) ** 2).sum()
+            # DDP averages gradients over ranks: scale so the average is the global-batch mean.
+            (squared * (ctx.world_size / len(batch))).backward()
             optimizer.step()
-            running += float(loss.detach()) * len(idx)
-            seen += len(idx)
-        train_loss = running / seen
+            running += float(squared.detach())
+        train_sse, valid_sse = all_sum([running, _sum_squared_error(model, X_valid, y_valid)], ctx)
+        train_loss = train_sse / len(X_train)
         if not math.isfinite(train_loss):
             raise TrainingDivergedError(
                 f"training diverged: train loss is {train_loss} at epoch {epoch}; lower train.lr (now {cfg.lr:g})"
             )
-        valid_loss = _mean_loss(model, X_valid, y_valid) if len(X_valid) else train_loss
+        valid_loss = valid_sse / len(valid) if len(valid) else train_loss
         valid_rmse = math.sqrt(valid_loss) * y_std
         rows.append((epoch, train_loss, valid_loss, valid_rmse))
-        log.info("epoch %d train_loss %.4f valid_loss %.4f valid_rmse %.4f", epoch, train_loss, valid_loss, valid_rmse)
+        if ctx.is_main:
+            log.info(
+                "epoch %d train_loss %.4f valid_loss %.4f valid_rmse %.4f", epoch, train_loss, valid_loss, valid_rmse
+            )
         if valid_loss < best_loss:
             best_loss, best_epoch, best_state = valid_loss, epoch, copy.deepcopy(model.state_dict())
         elif epoch - best_epoch >= cfg.patience:
-            log.info("early stop at epoch %d: no better valid loss since epoch %d", epoch, best_epoch)
+            if ctx.is_main:
+                log.info("early stop at epoch %d: no better valid loss since epoch %d", epoch, best_epoch)
             break
 
     model.load_state_dict(best_state)
     model.eval()
+    model.cpu()
     meta = {
         "n_features": int(X_train.shape[1]),
         "hidden_sizes": list(cfg.hidden_sizes),

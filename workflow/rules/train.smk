@@ -5,19 +5,24 @@ rule train:
     output:
         model="results/model/model.pt",
         history="results/model/history.csv",
-    params:
-        cfg=section_json("train"),
     log:
         "logs/train.log",
     benchmark:
         "logs/benchmarks/train.tsv"
-    threads: res("train", "threads")
+    params:
+        cfg=section_json("train"),
+        nodes=res("train", "nodes"),
+        procs=res("train", "processes"),
+    # One core per process on each node (torchrun's workers run one intra-op thread each by default).
+    threads: max(res("train", "threads"), res("train", "processes"))
     resources:
         mem_mb=res("train", "mem_mb"),
         runtime=res("train", "runtime"),
         gpu=res("train", "gpu"),
+        nodes=res("train", "nodes"),
     conda:
         "../../environment.yml"
     shell:
-        "python -m snakedvc train --log {log:q} --params {params.cfg:q} --train {input.train:q}"
-        " --valid {input.valid:q} --model {output.model:q} --history {output.history:q}"
+        "python -m snakedvc launch --log {log:q} --nodes {params.nodes} --procs-per-node {params.procs}"
+        " -- --params {params.cfg:q} --train {input.train:q} --valid {input.valid:q}"
+        " --model {output.model:q} --history {output.history:q}"

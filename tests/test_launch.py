@@ -1,0 +1,60 @@
+"""Generated training command lines, compared against reference files (tests/reference/launch/)."""
+
+from __future__ import annotations
+
+import os
+import shlex
+
+import pytest
+
+from snakedvc.launch import Layout, rdzv_port, train_command
+from tests.conftest import REPO
+
+REFERENCES = REPO / "tests" / "reference" / "launch"
+TRAIN_ARGS = ["--params", '{"lr": 0.001}', "--train", "results/features/train.npz", "--model", "my model.pt"]
+
+CASES = {
+    "one_process": dict(layout=Layout()),
+    "two_local_processes": dict(layout=Layout(procs_per_node=2)),
+    "four_gpus_one_node": dict(layout=Layout(procs_per_node=4)),
+    "two_nodes_two_gpus": dict(layout=Layout(nodes=2, procs_per_node=2), slurm_job_id="4242", first_host="gpu-node-07"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_command_matches_reference(name: str) -> None:
+    case = CASES[name]
+    command = train_command(
+        case["layout"],
+        TRAIN_ARGS,
+        python="python",
+        slurm_job_id=case.get("slurm_job_id"),
+        first_host=case.get("first_host"),
+    )
+    text = shlex.join(command) + "\n"
+    reference = REFERENCES / f"{name}.txt"
+    if os.environ.get("SNAKEDVC_UPDATE_REFERENCES") == "1":
+        reference.write_text(text)
+    assert text == reference.read_text(), f"{name}: generated command differs from {reference}"
+
+
+def test_arguments_stay_single_words() -> None:
+    hostile = ["--model", "x; touch /tmp/pwned", "--params", "$(reboot)"]
+    command = train_command(Layout(procs_per_node=2), hostile)
+    assert command[-4:] == hostile
+    assert shlex.split(shlex.join(command)) == command
+
+
+def test_multi_node_needs_slurm_allocation() -> None:
+    with pytest.raises(ValueError, match="SLURM"):
+        train_command(Layout(nodes=2), TRAIN_ARGS)
+
+
+def test_rendezvous_port_depends_on_job_and_stays_in_range() -> None:
+    assert rdzv_port("1") != rdzv_port("2")
+    assert all(29500 <= rdzv_port(str(j)) < 49500 for j in (0, 1, 19999, 20000, 10**9))
+
+
+def test_layout_rejects_zero() -> None:
+    with pytest.raises(ValueError):
+        Layout(nodes=0)
