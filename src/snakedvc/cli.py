@@ -77,17 +77,24 @@ def cmd_featurise(args: argparse.Namespace) -> None:
 
 
 def cmd_train(args: argparse.Namespace) -> None:
+    from snakedvc.checkpoint import CheckpointStore, StopRequest, run_key
     from snakedvc.config import TrainConfig, section
     from snakedvc.distributed import session
     from snakedvc.features import load_features
     from snakedvc.train import save_result, train_model
 
-    cfg = section(TrainConfig, _params(args))
+    params = _params(args)
+    cfg = section(TrainConfig, params)
+    # Keyed by what determines the result: another config or other features never resume from it.
+    store = CheckpointStore(args.checkpoint_dir, run_key(params, [args.train, args.valid]), keep=cfg.checkpoint_keep)
+    stop = StopRequest()
     with session() as ctx:
-        result = train_model(load_features(args.train), load_features(args.valid), cfg, ctx)
+        result = train_model(load_features(args.train), load_features(args.valid), cfg, ctx, store, stop)
         if ctx.is_main:
             save_result(result, args.model, args.history)
             log.info("best epoch %d; model -> %s", result.best_epoch, args.model)
+            if not cfg.keep_checkpoints:
+                store.remove_all()
 
 
 def cmd_launch(args: argparse.Namespace) -> None:
@@ -189,6 +196,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--valid", required=True)
     p.add_argument("--model", required=True)
     p.add_argument("--history", required=True)
+    p.add_argument("--checkpoint-dir", default=".checkpoints/train", help="where this run's checkpoints live")
 
     p = step("launch", cmd_launch, "start `train` on 1 process, N processes (torchrun) or N nodes (srun + torchrun)")
     p.add_argument("--nodes", type=int, default=1)
@@ -227,16 +235,20 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from snakedvc.checkpoint import EXIT_CHECKPOINTED
     from snakedvc.config import ConfigError
     from snakedvc.data import DataError
     from snakedvc.features import TooManyRejectsError
     from snakedvc.tracking import TrackingError
-    from snakedvc.train import TrainingDivergedError
+    from snakedvc.train import TrainingDivergedError, TrainingStopped
 
     args = build_parser().parse_args(argv)
     _setup_logging(getattr(args, "log", None))
     try:
         args.func(args)
+    except TrainingStopped as stopped:
+        log.error("%s", stopped)
+        return EXIT_CHECKPOINTED
     except (
         UserError,
         ConfigError,

@@ -139,6 +139,9 @@ class TrainConfig:
     patience: int = 15
     seed: int = 0
     torch_threads: int = 1
+    checkpoint_every: int = 5
+    checkpoint_keep: int = 2
+    keep_checkpoints: bool = False
 
 
 def section(cls: type, values: dict[str, Any]) -> Any:

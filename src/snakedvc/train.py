@@ -12,6 +12,7 @@ from __future__ import annotations
 import copy
 import logging
 import math
+import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -20,6 +21,7 @@ import pandas as pd
 import torch
 from torch import nn
 
+from snakedvc.checkpoint import CheckpointStore, StopRequest, rng_state, set_rng_state
 from snakedvc.config import TrainConfig
 from snakedvc.data import DataError
 from snakedvc.distributed import DistContext, all_sum
@@ -34,6 +36,15 @@ HISTORY_COLUMNS = ("epoch", "train_loss", "valid_loss", "valid_rmse")
 
 class TrainingDivergedError(RuntimeError):
     """The loss became NaN or infinite."""
+
+
+class TrainingStopped(RuntimeError):
+    """Training checkpointed and stopped on request (SIGTERM); a rerun resumes."""
+
+    def __init__(self, checkpoint: Path | None, epoch: int, step: int) -> None:
+        where = f"checkpoint {checkpoint}" if checkpoint else "no checkpoint store"
+        super().__init__(f"stopped on request at epoch {epoch} step {step}; {where}; a rerun resumes from it")
+        self.checkpoint = checkpoint
 
 
 @dataclass
@@ -72,7 +83,20 @@ def _sum_squared_error(model: nn.Module, X: torch.Tensor, y: torch.Tensor, batch
     return total
 
 
-def train_model(train: FeatureSet, valid: FeatureSet, cfg: TrainConfig, ctx: DistContext | None = None) -> TrainResult:
+def _stop_agreed(stop: StopRequest | None, ctx: DistContext) -> bool:
+    """All ranks stop at the same step: any rank's request counts for all."""
+    wanted = bool(stop and stop.requested)
+    return all_sum([1.0 if wanted else 0.0], ctx)[0] > 0 if ctx.distributed else wanted
+
+
+def train_model(
+    train: FeatureSet,
+    valid: FeatureSet,
+    cfg: TrainConfig,
+    ctx: DistContext | None = None,
+    store: CheckpointStore | None = None,
+    stop: StopRequest | None = None,
+) -> TrainResult:
     ctx = ctx or DistContext()
     if len(train) == 0:
         raise DataError("the training split has no valid molecules")
@@ -87,32 +111,75 @@ def train_model(train: FeatureSet, valid: FeatureSet, cfg: TrainConfig, ctx: Dis
     y_valid = torch.from_numpy(((valid.y[mine] - y_mean) / y_std).astype(np.float32)).to(device)
 
     model = MLP(X_train.shape[1], cfg.hidden_sizes, cfg.dropout).to(device)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+
+    # Where training stands; a checkpoint is exactly this plus model and optimizer.
+    epoch, first_step, running = 1, 0, 0.0
+    best_loss, best_epoch, best_state = math.inf, 0, copy.deepcopy(model.state_dict())
+    rows: list[tuple[int, float, float, float]] = []
+    resumed = store.load_latest() if store else None
+    if resumed:
+        model.load_state_dict(resumed["model"])
+        optimizer.load_state_dict(resumed["optimizer"])
+        epoch, first_step = resumed["epoch"], resumed["step"]
+        running = resumed["running"] if ctx.is_main else 0.0
+        best_loss, best_epoch, best_state = resumed["best_loss"], resumed["best_epoch"], resumed["best_state"]
+        rows = [tuple(r) for r in resumed["history"]]
+        set_rng_state(resumed["rng"])
+        if ctx.is_main:
+            log.info("resumed from epoch %d step %d (%s)", epoch, first_step, resumed["path"])
+
     net: nn.Module = model
     if ctx.distributed:
         net = nn.parallel.DistributedDataParallel(model, device_ids=[device] if device.type == "cuda" else None)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
 
-    best_loss, best_epoch, best_state = math.inf, 0, copy.deepcopy(model.state_dict())
-    rows = []
-    for epoch in range(1, cfg.max_epochs + 1):
+    def checkpoint(next_epoch: int, next_step: int) -> Path | None:
+        if store is None:
+            return None
+        # Collective: the partial epoch loss of every rank, restored on rank 0 alone.
+        (total_running,) = all_sum([running], ctx)
+        if not ctx.is_main:
+            return None
+        state = {
+            "model": model.state_dict(),
+            "optimizer": optimizer.state_dict(),
+            "running": total_running,
+            "best_loss": best_loss,
+            "best_epoch": best_epoch,
+            "best_state": best_state,
+            "history": rows,
+            "rng": rng_state(),
+            "config": asdict(cfg),
+        }
+        path = store.save(state, next_epoch, next_step)
+        log.info("checkpoint: %s", path)
+        return path
+
+    started = time.perf_counter()
+    stopped_early = False
+    while epoch <= cfg.max_epochs and not stopped_early:
         net.train()
         order = epoch_order(len(X_train), cfg.seed, epoch)
-        running = 0.0
         for step, start in enumerate(range(0, len(order), cfg.batch_size)):
+            if step < first_step:
+                continue  # replaying a resumed epoch: these steps are in the checkpoint
+            if _stop_agreed(stop, ctx):
+                path = checkpoint(epoch, step)
+                raise TrainingStopped(path or (store.latest_path() if store else None), epoch, step)
             batch = order[start : start + cfg.batch_size]
             share = rank_slice(len(batch), ctx)
             idx = batch[share].to(device)
-            masks = [
-                m[share].to(device)
-                for m in dropout_masks(len(batch), cfg.hidden_sizes, cfg.dropout, cfg.seed, epoch, step)
-            ]
+            masks = dropout_masks(len(batch), cfg.hidden_sizes, cfg.dropout, cfg.seed, epoch, step)
+            masks = [m[share].to(device) for m in masks]
             optimizer.zero_grad(set_to_none=True)
             squared = ((net(X_train[idx], masks) - y_train[idx]) ** 2).sum()
             # DDP averages gradients over ranks: scale so the average is the global-batch mean.
             (squared * (ctx.world_size / len(batch))).backward()
             optimizer.step()
             running += float(squared.detach())
+        first_step = 0
         train_sse, valid_sse = all_sum([running, _sum_squared_error(model, X_valid, y_valid)], ctx)
+        running = 0.0
         train_loss = train_sse / len(X_train)
         if not math.isfinite(train_loss):
             raise TrainingDivergedError(
@@ -130,8 +197,18 @@ def train_model(train: FeatureSet, valid: FeatureSet, cfg: TrainConfig, ctx: Dis
         elif epoch - best_epoch >= cfg.patience:
             if ctx.is_main:
                 log.info("early stop at epoch %d: no better valid loss since epoch %d", epoch, best_epoch)
-            break
+            stopped_early = True
+        epoch += 1
+        if cfg.checkpoint_every and (epoch - 1) % cfg.checkpoint_every == 0 and epoch <= cfg.max_epochs:
+            checkpoint(epoch, 0)
 
+    elapsed = time.perf_counter() - started
+    if ctx.is_main:
+        samples = len(rows) * len(X_train)
+        log.info(
+            "throughput: %d samples in %.2f s = %.0f samples/s (%d process(es), %s)",
+            samples, elapsed, samples / max(elapsed, 1e-9), ctx.world_size, device,
+        )  # fmt: skip
     model.load_state_dict(best_state)
     model.eval()
     model.cpu()

@@ -23,10 +23,6 @@ use_this_interpreter()
 SPLITS = ["train", "valid", "test"]
 
 
-wildcard_constraints:
-    split="|".join(SPLITS),
-
-
 def section_json(*names):
     """The named config sections as sorted JSON: passed to a step, and a rerun trigger."""
     if len(names) == 1:
@@ -39,7 +35,7 @@ def dvc_files(paths):
 
 
 def tracked_outputs():
-    """The .dvc files `rule all` asks for: none where tracking is off or this is no DVC repo."""
+    """The .dvc files the workflow targets; none where tracking is off or this is no DVC repo."""
     if not (config["tracking"]["enabled"] and is_dvc_repo()):
         return []
     return [

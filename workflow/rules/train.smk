@@ -22,7 +22,9 @@ rule train:
         nodes=res("train", "nodes"),
     conda:
         "../../environment.yml"
+    # `exec`: the trainer must be Snakemake's direct child, so SLURM's SIGTERM reaches it and
+    # Snakemake waits for its checkpoint; a bash in between would die on TERM first.
     shell:
-        "python -m snakedvc launch --log {log:q} --nodes {params.nodes} --procs-per-node {params.procs}"
+        "exec python -m snakedvc launch --log {log:q} --nodes {params.nodes} --procs-per-node {params.procs}"
         " -- --params {params.cfg:q} --train {input.train:q} --valid {input.valid:q}"
         " --model {output.model:q} --history {output.history:q}"

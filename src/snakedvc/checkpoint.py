@@ -1,0 +1,147 @@
+"""Training checkpoints: atomic writes, validated loads, and a stop request from SLURM's signal.
+
+A checkpoint holds everything a resumed run needs to continue bit for bit:
+model, optimizer, epoch and step (data position), early-stopping state,
+history so far, RNG states, and the key of the run it belongs to. Checkpoints
+live outside the rule's outputs (Snakemake deletes the outputs of a failed
+job), in `.checkpoints/<key>/`, where the key hashes the training config and
+the input features: a checkpoint of other params is never used.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import logging
+import os
+import random
+import re
+import signal
+from collections.abc import Sequence
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+import numpy as np
+import torch
+
+from snakedvc.io import atomic_path
+
+log = logging.getLogger(__name__)
+
+FORMAT_VERSION = 1
+_NAME = re.compile(r"^ckpt-e(\d+)-s(\d+)\.pt$")
+# Exit status of a trainer that checkpointed and stopped on request (EX_TEMPFAIL):
+# non-zero, so Snakemake retries the job, which resumes.
+EXIT_CHECKPOINTED = 75
+
+
+def run_key(config: dict[str, Any], inputs: Sequence[str | Path]) -> str:
+    """Identity of a training run: its config and the bytes of its inputs."""
+    digest = hashlib.sha256(json.dumps(config, sort_keys=True).encode())
+    for path in inputs:
+        with open(path, "rb") as handle:
+            for block in iter(lambda: handle.read(1 << 20), b""):
+                digest.update(block)
+    return digest.hexdigest()[:20]
+
+
+def rng_state() -> dict[str, Any]:
+    state = {
+        "python": random.getstate(),
+        "numpy": np.random.get_state(),
+        "torch": torch.get_rng_state(),
+    }
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def set_rng_state(state: dict[str, Any]) -> None:
+    random.setstate(state["python"])
+    np.random.set_state(state["numpy"])
+    torch.set_rng_state(state["torch"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+class CheckpointStore:
+    """The checkpoints of one run, newest first; keeps the last ``keep`` of them."""
+
+    def __init__(self, root: str | Path, key: str, keep: int = 2) -> None:
+        self.dir = Path(root) / key
+        self.key = key
+        self.keep = keep
+
+    def path(self, epoch: int, step: int) -> Path:
+        return self.dir / f"ckpt-e{epoch:05d}-s{step:06d}.pt"
+
+    def candidates(self) -> list[Path]:
+        found = [(tuple(map(int, m.groups())), p) for p in self.dir.glob("ckpt-*.pt") if (m := _NAME.match(p.name))]
+        return [p for _, p in sorted(found, reverse=True)]
+
+    def save(self, state: dict[str, Any], epoch: int, step: int) -> Path:
+        payload = {"format": FORMAT_VERSION, "key": self.key, "epoch": epoch, "step": step, **state}
+        buffer = io.BytesIO()
+        torch.save(payload, buffer)
+        target = self.path(epoch, step)
+        with atomic_path(target) as tmp:  # temp file + fsync + rename: a kill mid-write leaves the old one
+            tmp.write_bytes(buffer.getvalue())
+        for old in self.candidates()[self.keep :]:
+            old.unlink(missing_ok=True)
+        return target
+
+    def load_latest(self) -> dict[str, Any] | None:
+        """The newest checkpoint that loads and belongs to this run; warns about each one skipped."""
+        for path in self.candidates():
+            try:
+                payload: dict[str, Any] = torch.load(path, map_location="cpu", weights_only=False)
+            except Exception as error:  # truncated or corrupt files raise many exception types
+                log.warning("skipping unreadable checkpoint %s: %s", path, error)
+                continue
+            if payload.get("format") != FORMAT_VERSION or payload.get("key") != self.key:
+                log.warning("skipping checkpoint %s: it belongs to other params or another format", path)
+                continue
+            payload["path"] = str(path)
+            return payload
+        return None
+
+    def latest_path(self) -> Path | None:
+        candidates = self.candidates()
+        return candidates[0] if candidates else None
+
+    def remove_all(self) -> None:
+        for path in self.dir.glob("*"):
+            path.unlink(missing_ok=True)
+        if self.dir.exists():
+            self.dir.rmdir()
+
+
+class StopRequest:
+    """Set by SIGTERM (SLURM's warning signal, scancel, preemption, time limit).
+
+    The trainer polls it between steps; on a request it checkpoints and exits.
+    SIGUSR1 is left alone: NCCL uses it.
+    """
+
+    def __init__(self, signals: Sequence[int] = (signal.SIGTERM, signal.SIGINT)) -> None:
+        self.requested = False
+        self.signum: int | None = None
+        self._previous = {}
+        for signum in signals:
+            self._previous[signum] = signal.signal(signum, self._handle)
+
+    def _handle(self, signum: int, frame: FrameType | None) -> None:
+        self.requested = True
+        self.signum = signum
+        log.warning("received %s: will checkpoint and stop after the current step", signal.Signals(signum).name)
+
+    def restore(self) -> None:
+        for signum, handler in self._previous.items():
+            signal.signal(signum, handler)
+
+
+def env_int(name: str, default: int) -> int:
+    value = os.environ.get(name)
+    return int(value) if value else default

@@ -1,0 +1,105 @@
+"""Fault tolerance on the real test cluster: scancel, time limit, SIGKILL; each resumes from a checkpoint."""
+
+from __future__ import annotations
+
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import slurm_jobs_by_rule
+
+pytestmark = [pytest.mark.slurm, pytest.mark.slow]
+
+# A training long enough to be interrupted (tens of seconds on 2 cores), with frequent checkpoints.
+LONG_TRAIN = [
+    "data={limit: 200}",
+    "train={max_epochs: 2500, patience: 100000, hidden_sizes: [64], checkpoint_every: 50}",
+]
+
+
+def start(project: Path, *extra: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "snakemake", "--profile", "profiles/slurm", *extra, "--config", *LONG_TRAIN],
+        cwd=project,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+
+
+def wait_for_log(project: Path, needle: str, snakemake: subprocess.Popen[str], timeout: float = 300) -> None:
+    log = project / "logs/train.log"
+    deadline = time.time() + timeout
+    while time.time() < deadline and snakemake.poll() is None:
+        if log.exists() and needle in log.read_text():
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"{needle!r} never appeared in {log}")
+
+
+def running_train_job() -> str:
+    out = subprocess.run(["squeue", "-h", "-t", "R", "-o", "%i %k"], capture_output=True, text=True).stdout
+    ids = [line.split()[0] for line in out.splitlines() if line.split()[1:2] == ["rule_train"]]
+    assert len(ids) == 1, out
+    return ids[0]
+
+
+def finish(snakemake: subprocess.Popen[str]) -> str:
+    try:
+        output, _ = snakemake.communicate(timeout=900)
+    finally:
+        if snakemake.poll() is None:
+            snakemake.kill()
+    assert snakemake.returncode == 0, output[-4000:]
+    return output
+
+
+def test_scancel_then_retry_resumes(slurm_cluster, project: Path) -> None:
+    snakemake = start(project, "--retries", "2")
+    wait_for_log(project, "epoch 300 ", snakemake)
+    subprocess.run(["scancel", running_train_job()], check=True)
+    output = finish(snakemake)
+    log = (project / "logs/train.log").read_text()
+    assert "received SIGTERM" in log and "resumed from epoch" in log
+    assert len(slurm_jobs_by_rule(output)["train"]) == 2
+    assert (project / "results/metrics.json").is_file()
+
+
+def test_time_limit_signal_checkpoints_and_resubmits(slurm_cluster, project: Path) -> None:
+    # A 3-minute limit with SIGTERM asked 90 s before it: the signal lands 30-90 s into the job.
+    more = ["train={max_epochs: 25000, patience: 100000, hidden_sizes: [64], checkpoint_every: 500}"]
+    snakemake = subprocess.Popen(
+        [
+            sys.executable, "-m", "snakemake", "--profile", "profiles/slurm", "--retries", "4",
+            "--config", "data={limit: 200}", *more, "resources={train: {runtime: 3}}",
+        ],
+        cwd=project, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip
+    output = finish(snakemake)
+    log = (project / "logs/train.log").read_text()
+    assert "received SIGTERM" in log
+    assert "resumed from epoch" in log
+    assert len(slurm_jobs_by_rule(output)["train"]) >= 2
+
+
+def test_sigkill_resumes_from_periodic_checkpoint(slurm_cluster, project: Path) -> None:
+    snakemake = start(project, "--retries", "2")
+    wait_for_log(project, "checkpoint: ", snakemake)
+    wait_for_log(project, "epoch 170 ", snakemake)
+    pids = subprocess.run(["pgrep", "-f", "snakedvc train"], capture_output=True, text=True).stdout.split()
+    assert pids
+    for pid in pids:
+        subprocess.run(["kill", f"-{signal.SIGKILL.value}", pid], check=False)
+    output = finish(snakemake)
+    log = (project / "logs/train.log").read_text()
+    resumed = re.search(r"resumed from epoch (\d+) step (\d+)", log)
+    assert resumed, log[-2000:]
+    # A periodic checkpoint (every 50 epochs, at an epoch boundary), not a signal one.
+    assert int(resumed.group(1)) % 50 == 1 and int(resumed.group(2)) == 0
+    assert "received SIGTERM" not in log
+    assert len(slurm_jobs_by_rule(output)["train"]) == 2
