@@ -158,7 +158,7 @@ def test_sigterm_to_two_torchrun_processes_then_resume(data, tmp_path: Path) -> 
     assert proc.wait(timeout=120) != 0
     text = log.read_text()
     assert text.count("received SIGTERM") >= 2  # both ranks
-    assert "checkpoint:" in text and not (interrupted / "model.pt").exists()
+    assert "checkpoint (SIGTERM):" in text and not (interrupted / "model.pt").exists()
     subprocess.run(command(interrupted), env=env, check=True, timeout=600)
     assert "resumed from epoch" in log.read_text()
     ref = torch.load(reference / "model.pt", weights_only=True)["state_dict"]

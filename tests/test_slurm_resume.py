@@ -64,9 +64,10 @@ def test_scancel_then_retry_resumes(slurm_cluster, project: Path) -> None:
     wait_for_log(project, "epoch 300 ", snakemake)
     subprocess.run(["scancel", running_train_job()], check=True)
     output = finish(snakemake)
-    log = (project / "logs/train.log").read_text()
-    assert "received SIGTERM" in log and "resumed from epoch" in log
     assert len(slurm_jobs_by_rule(output)["train"]) == 2
+    # scancel sends SIGTERM: the trainer wrote a checkpoint at that step, and the retry resumed from it.
+    assert "(SIGTERM checkpoint " in (project / "logs/train.log").read_text()
+    assert (project / "results/metrics.json").is_file()
     assert (project / "results/metrics.json").is_file()
 
 
@@ -81,15 +82,15 @@ def test_time_limit_signal_checkpoints_and_resubmits(slurm_cluster, project: Pat
         cwd=project, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
     )  # fmt: skip
     output = finish(snakemake)
-    log = (project / "logs/train.log").read_text()
-    assert "received SIGTERM" in log
-    assert "resumed from epoch" in log
-    assert len(slurm_jobs_by_rule(output)["train"]) >= 2
+    jobs = slurm_jobs_by_rule(output)["train"]
+    assert len(jobs) >= 2
+    # The warning signal before the time limit, not the kill at it.
+    assert "(SIGTERM checkpoint " in (project / "logs/train.log").read_text()
 
 
 def test_sigkill_resumes_from_periodic_checkpoint(slurm_cluster, project: Path) -> None:
     snakemake = start(project, "--retries", "2")
-    wait_for_log(project, "checkpoint: ", snakemake)
+    wait_for_log(project, "checkpoint (periodic): ", snakemake)
     wait_for_log(project, "epoch 170 ", snakemake)
     pids = subprocess.run(["pgrep", "-f", "snakedvc train"], capture_output=True, text=True).stdout.split()
     assert pids
@@ -97,9 +98,8 @@ def test_sigkill_resumes_from_periodic_checkpoint(slurm_cluster, project: Path) 
         subprocess.run(["kill", f"-{signal.SIGKILL.value}", pid], check=False)
     output = finish(snakemake)
     log = (project / "logs/train.log").read_text()
-    resumed = re.search(r"resumed from epoch (\d+) step (\d+)", log)
+    resumed = re.search(r"resumed from epoch (\d+) step (\d+) \(periodic checkpoint", log)
     assert resumed, log[-2000:]
     # A periodic checkpoint (every 50 epochs, at an epoch boundary), not a signal one.
     assert int(resumed.group(1)) % 50 == 1 and int(resumed.group(2)) == 0
-    assert "received SIGTERM" not in log
     assert len(slurm_jobs_by_rule(output)["train"]) == 2

@@ -248,6 +248,9 @@ def main(argv: list[str] | None = None) -> int:
         args.func(args)
     except TrainingStopped as stopped:
         log.error("%s", stopped)
+        # Also on stdout, which is the SLURM job log that the plugin keeps for failed jobs:
+        # Snakemake starts the rule's own log afresh when it retries the job.
+        print(f"snakedvc {args.command}: {stopped}", flush=True)
         return EXIT_CHECKPOINTED
     except (
         UserError,

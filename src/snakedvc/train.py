@@ -12,6 +12,7 @@ from __future__ import annotations
 import copy
 import logging
 import math
+import signal
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -41,9 +42,9 @@ class TrainingDivergedError(RuntimeError):
 class TrainingStopped(RuntimeError):
     """Training checkpointed and stopped on request (SIGTERM); a rerun resumes."""
 
-    def __init__(self, checkpoint: Path | None, epoch: int, step: int) -> None:
-        where = f"checkpoint {checkpoint}" if checkpoint else "no checkpoint store"
-        super().__init__(f"stopped on request at epoch {epoch} step {step}; {where}; a rerun resumes from it")
+    def __init__(self, checkpoint: Path | None, epoch: int, step: int, signame: str = "request") -> None:
+        where = f"checkpoint kept: {checkpoint}" if checkpoint else "no checkpoint store"
+        super().__init__(f"stopped on {signame} at epoch {epoch} step {step}; {where}; a rerun resumes from it")
         self.checkpoint = checkpoint
 
 
@@ -127,13 +128,16 @@ def train_model(
         rows = [tuple(r) for r in resumed["history"]]
         set_rng_state(resumed["rng"])
         if ctx.is_main:
-            log.info("resumed from epoch %d step %d (%s)", epoch, first_step, resumed["path"])
+            log.info(
+                "resumed from epoch %d step %d (%s checkpoint %s)",
+                epoch, first_step, resumed.get("reason", "periodic"), resumed["path"],
+            )  # fmt: skip
 
     net: nn.Module = model
     if ctx.distributed:
         net = nn.parallel.DistributedDataParallel(model, device_ids=[device] if device.type == "cuda" else None)
 
-    def checkpoint(next_epoch: int, next_step: int) -> Path | None:
+    def checkpoint(next_epoch: int, next_step: int, reason: str = "periodic") -> Path | None:
         if store is None:
             return None
         # Collective: the partial epoch loss of every rank, restored on rank 0 alone.
@@ -150,9 +154,10 @@ def train_model(
             "history": rows,
             "rng": rng_state(),
             "config": asdict(cfg),
+            "reason": reason,
         }
         path = store.save(state, next_epoch, next_step)
-        log.info("checkpoint: %s", path)
+        log.info("checkpoint (%s): %s", reason, path)
         return path
 
     started = time.perf_counter()
@@ -164,8 +169,10 @@ def train_model(
             if step < first_step:
                 continue  # replaying a resumed epoch: these steps are in the checkpoint
             if _stop_agreed(stop, ctx):
-                path = checkpoint(epoch, step)
-                raise TrainingStopped(path or (store.latest_path() if store else None), epoch, step)
+                signum = getattr(stop, "signum", None)
+                signame = signal.Signals(signum).name if signum else "request"
+                path = checkpoint(epoch, step, signame)
+                raise TrainingStopped(path or (store.latest_path() if store else None), epoch, step, signame)
             batch = order[start : start + cfg.batch_size]
             share = rank_slice(len(batch), ctx)
             idx = batch[share].to(device)
