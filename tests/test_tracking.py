@@ -216,3 +216,36 @@ def test_eight_concurrent_tracked_jobs_through_slurm(slurm_cluster, tmp_path: Pa
     assert len(jobs["make"]) == 8
     assert "track" not in jobs  # DVC runs on the submit host only
     assert_all_eight_recorded(repo, proc.stdout + proc.stderr)
+
+
+@pytest.mark.slow
+def test_stopped_training_with_no_retry_left_records_no_model(tmp_path: Path) -> None:
+    """Retries exhausted: the run fails naming the rule and the kept checkpoint; DVC records no model."""
+    import signal
+    import time
+
+    repo = dvc_project(tmp_path / "repo", tmp_path / "remote")
+    config = ["data={limit: 200}", "train={max_epochs: 100000, patience: 100000, hidden_sizes: [64]}"]
+    snakemake = subprocess.Popen(
+        [sys.executable, "-m", "snakemake", "--profile", "profiles/local", "--retries", "0", "--config", *config],
+        cwd=repo,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    log = repo / "logs/train.log"
+    deadline = time.time() + 300
+    while time.time() < deadline and "epoch 20 " not in (log.read_text() if log.exists() else ""):
+        time.sleep(0.1)
+    pids = subprocess.run(["pgrep", "-f", "snakedvc train"], capture_output=True, text=True)
+    trainer = [int(p) for p in pids.stdout.split() if Path(f"/proc/{p}/cwd").resolve() == repo.resolve()]
+    assert trainer, "trainer process not found"
+    os.kill(trainer[0], signal.SIGTERM)
+    output, _ = snakemake.communicate(timeout=300)
+    assert snakemake.returncode != 0
+    assert "Error in rule train" in output
+    assert "checkpoint kept: .checkpoints/train/" in log.read_text()
+    assert list((repo / ".checkpoints/train").rglob("ckpt-*.pt"))
+    assert not (repo / "results/model/model.pt").exists()
+    assert not (repo / "results/model/model.pt.dvc").exists()
+    assert experiments(repo) == {}
