@@ -23,6 +23,13 @@ def copy_project(dest: Path) -> Path:
     return dest
 
 
+def venv_env() -> dict[str, str]:
+    """This environment with the venv first on PATH: subprocesses call `python -m snakedvc`."""
+    import os
+
+    return {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+
+
 def run_snakemake(
     workdir: Path, *args: str, check: bool = True, timeout: int = 900
 ) -> subprocess.CompletedProcess[str]:

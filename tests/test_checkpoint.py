@@ -19,7 +19,7 @@ from snakedvc.config import FeaturiseConfig, SplitConfig, TrainConfig
 from snakedvc.data import read_molecules, split_molecules
 from snakedvc.features import FeatureSet, featurise_table, save_features
 from snakedvc.train import TrainingStopped, train_model
-from tests.conftest import REPO
+from tests.conftest import REPO, venv_env
 
 CFG = TrainConfig(hidden_sizes=(64, 16), max_epochs=6, patience=100, batch_size=32, seed=3, checkpoint_every=1)
 STEPS_PER_EPOCH = 8  # 240 training molecules / batch 32, rounded up
@@ -135,7 +135,7 @@ def test_sigterm_to_two_torchrun_processes_then_resume(data, tmp_path: Path) -> 
         paths[name] = tmp_path / f"{name}.npz"
         save_features(data[name], paths[name], FeaturiseConfig(n_bits=256))
     params = {"hidden_sizes": [64, 16], "max_epochs": 40, "patience": 100, "batch_size": 32, "seed": 3}
-    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+    env = venv_env()
 
     def command(out: Path) -> list[str]:
         return [

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import socket
 import subprocess
 import sys
@@ -16,7 +15,7 @@ from snakedvc.config import FeaturiseConfig, SplitConfig
 from snakedvc.data import read_molecules, split_molecules
 from snakedvc.distributed import detect
 from snakedvc.features import featurise_table, save_features
-from tests.conftest import REPO
+from tests.conftest import REPO, venv_env
 
 # Few epochs: float32 summation order differs between one GEMM over the global batch and
 # two half-batch GEMMs plus an all-reduce (~1e-7 per step), and Adam carries it forward.
@@ -33,10 +32,6 @@ def features(tmp_path_factory) -> dict[str, Path]:
         paths[name] = root / f"{name}.npz"
         save_features(featurise_table(part, cfg)[0], paths[name], cfg)
     return paths
-
-
-def venv_env() -> dict[str, str]:
-    return {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
 
 
 def train_args(features: dict[str, Path], out: Path) -> list[str]:

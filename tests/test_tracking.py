@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from snakedvc.tracking import TrackingError, track, validate_experiment_name
-from tests.conftest import REPO, SMALL_RUN, dvc, dvc_project, git, run_snakemake, slurm_jobs_by_rule
+from tests.conftest import REPO, SMALL_RUN, dvc, dvc_project, git, run_snakemake, slurm_jobs_by_rule, venv_env
 
 SMALL = SMALL_RUN[1:]  # the --config values
 
@@ -170,11 +170,6 @@ def fanout_repo(tmp_path: Path) -> Path:
     (repo / "profiles/slurm").mkdir(parents=True)
     shutil.copy2(REPO / "profiles/slurm/config.yaml", repo / "profiles/slurm/config.yaml")
     return repo
-
-
-def venv_env() -> dict[str, str]:
-    """The fan-out Snakefile calls `python -m snakedvc`: this venv first on PATH."""
-    return {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
 
 
 def assert_all_eight_recorded(repo: Path, output: str) -> None:

@@ -14,7 +14,6 @@ import hashlib
 import io
 import json
 import logging
-import os
 import random
 import re
 import signal
@@ -140,8 +139,3 @@ class StopRequest:
     def restore(self) -> None:
         for signum, handler in self._previous.items():
             signal.signal(signum, handler)
-
-
-def env_int(name: str, default: int) -> int:
-    value = os.environ.get(name)
-    return int(value) if value else default
