@@ -117,6 +117,29 @@ class CheckpointStore:
             self.dir.rmdir()
 
 
+def save_state(state: dict[str, Any], path: str | Path) -> Path:
+    """Write a run's final state (see TrainResult.final_state) atomically, for a later continuation."""
+    buffer = io.BytesIO()
+    torch.save({"format": FORMAT_VERSION, **state}, buffer)
+    with atomic_path(path) as tmp:
+        tmp.write_bytes(buffer.getvalue())
+    return Path(path)
+
+
+def load_state(path: str | Path) -> dict[str, Any]:
+    """Read a state written by save_state; a clear error names the file if it is not one."""
+    try:
+        payload: dict[str, Any] = torch.load(path, map_location="cpu", weights_only=False)
+    except FileNotFoundError:
+        raise
+    except Exception as error:  # truncated or corrupt files raise many exception types
+        raise ValueError(f"{path} is not a readable training state: {error}") from error
+    if not isinstance(payload, dict) or payload.get("format") != FORMAT_VERSION or "model" not in payload:
+        raise ValueError(f"{path} is not a snakedvc training state (format {FORMAT_VERSION})")
+    payload["path"] = str(path)
+    return payload
+
+
 class StopRequest:
     """Set by SIGTERM (SLURM's warning signal, scancel, preemption, time limit).
 

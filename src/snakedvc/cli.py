@@ -77,24 +77,48 @@ def cmd_featurise(args: argparse.Namespace) -> None:
 
 
 def cmd_train(args: argparse.Namespace) -> None:
-    from snakedvc.checkpoint import CheckpointStore, StopRequest, run_key
+    from snakedvc.checkpoint import CheckpointStore, StopRequest, load_state, run_key, save_state
     from snakedvc.config import TrainConfig, section
+    from snakedvc.data import DataError
     from snakedvc.distributed import session
     from snakedvc.features import load_features
-    from snakedvc.train import save_result, train_model
+    from snakedvc.sweep import write_trial_result
+    from snakedvc.train import TrainingDivergedError, save_result, train_model
 
     params = _params(args)
     cfg = section(TrainConfig, params)
+    inputs = [args.train, args.valid, *([args.resume_from] if args.resume_from else [])]
     # Keyed by what determines the result: another config or other features never resume from it.
-    store = CheckpointStore(args.checkpoint_dir, run_key(params, [args.train, args.valid]), keep=cfg.checkpoint_keep)
+    store = CheckpointStore(args.checkpoint_dir, run_key(params, inputs), keep=cfg.checkpoint_keep)
     stop = StopRequest()
+    initial = load_state(args.resume_from) if args.resume_from else None
     with session() as ctx:
-        result = train_model(load_features(args.train), load_features(args.valid), cfg, ctx, store, stop)
-        if ctx.is_main:
-            save_result(result, args.model, args.history)
-            log.info("best epoch %d; model -> %s", result.best_epoch, args.model)
-            if not cfg.keep_checkpoints:
-                store.remove_all()
+        try:
+            result = train_model(load_features(args.train), load_features(args.valid), cfg, ctx, store, stop, initial)
+        except (TrainingDivergedError, DataError, ValueError) as error:
+            # A sweep trial's own failure is its result: reported and excluded, the sweep goes on.
+            if not args.result:
+                raise
+            if ctx.is_main:
+                log.error("trial failed: %s", error)
+                write_trial_result(args.result, status="failed", error=str(error))
+            return
+        if not ctx.is_main:
+            return
+        save_result(result, args.model, args.history)
+        log.info("best epoch %d; model -> %s", result.best_epoch, args.model)
+        if args.state_out:
+            save_state(result.final_state, args.state_out)
+        if args.result:
+            write_trial_result(
+                args.result,
+                status="ok",
+                history=result.history,
+                epochs_trained=result.epochs_trained,
+                resumed_from=args.resume_from,
+            )
+        if not cfg.keep_checkpoints:
+            store.remove_all()
 
 
 def cmd_launch(args: argparse.Namespace) -> None:
@@ -120,6 +144,56 @@ def cmd_evaluate(args: argparse.Namespace) -> None:
     parity_plot(test.y, y_pred, metrics, args.parity)
     shutil.copyfile(args.history, args.loss_curve)
     log.info("test RMSE %.4f MAE %.4f R2 %.4f (n=%d)", metrics["rmse"], metrics["mae"], metrics["r2"], metrics["n"])
+
+
+def cmd_sweep_promote(args: argparse.Namespace) -> None:
+    from snakedvc.io import atomic_path
+    from snakedvc.sweep import promote, read_trial_result
+
+    # Each input is .../trials/<trial>/rung<r>.
+    results = {Path(d).parent.name: read_trial_result(d) for d in args.trial_dirs}
+    decision = {"rung": args.rung, **promote(results, args.keep)}
+    with atomic_path(args.output) as tmp:
+        tmp.write_text(json.dumps(decision, indent=2, sort_keys=True) + "\n")
+    for trial in decision["failed"]:
+        log.warning("rung %d: trial %s failed and is excluded: %s", args.rung, trial, results[trial].get("error"))
+    log.info("rung %d ranking %s; promoted %s", args.rung, decision["ranking"], decision["survivors"])
+
+
+def cmd_sweep_report(args: argparse.Namespace) -> None:
+    import shutil
+
+    import pandas as pd
+
+    from snakedvc.io import atomic_path
+    from snakedvc.sweep import format_summary, plot_valid_loss, summarise
+
+    plan = json.loads(Path(args.plan).read_text())
+    final = Path(args.final)
+    metrics = json.loads((final / "metrics.json").read_text())
+    table = summarise(plan, args.sweep_dir, metrics)
+    out = Path(args.output)
+    out.mkdir(parents=True, exist_ok=True)
+    for name in ("metrics.json", "predictions.csv", "parity.png", "loss.csv"):
+        shutil.copyfile(final / name, out / name)
+    histories = {}
+    for row in table.itertuples():
+        if row.status != "ok":
+            continue
+        trial_dir = Path(args.sweep_dir) / "trials" / str(row.trial) / f"rung{int(row.rung)}"
+        (out / "trials" / str(row.trial)).mkdir(parents=True, exist_ok=True)
+        for name in ("model.pt", "history.csv"):
+            shutil.copyfile(trial_dir / name, out / "trials" / str(row.trial) / name)
+        histories[str(row.trial)] = pd.read_csv(trial_dir / "history.csv")
+    best = next((str(r.trial) for r in table.itertuples() if r.best), None)
+    plot_valid_loss(histories, best, out / "valid_loss.png")
+    with atomic_path(out / "summary.csv") as tmp:
+        table.to_csv(tmp, index=False, float_format="%.6g")
+    shutil.copyfile(args.plan, out / "plan.json")
+    text = format_summary(table)
+    (out / "summary.txt").write_text(text + "\n")
+    log.info("sweep %s (%d epochs scheduled):\n%s", plan["name"], plan["total_epochs"], text)
+    print(text)
 
 
 def cmd_summary(args: argparse.Namespace) -> None:
@@ -197,6 +271,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--model", required=True)
     p.add_argument("--history", required=True)
     p.add_argument("--checkpoint-dir", default=".checkpoints/train", help="where this run's checkpoints live")
+    p.add_argument("--resume-from", help="final state of an earlier, shorter run to continue (a sweep's previous rung)")
+    p.add_argument("--state-out", help="write the final training state here, for a later continuation")
+    p.add_argument(
+        "--result",
+        help="sweep trial mode: write status and validation metrics here as JSON; "
+        "a failed trial writes status 'failed' and exits 0",
+    )
 
     p = step("launch", cmd_launch, "start `train` on 1 process, N processes (torchrun) or N nodes (srun + torchrun)")
     p.add_argument("--nodes", type=int, default=1)
@@ -211,6 +292,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--predictions", required=True)
     p.add_argument("--parity", required=True)
     p.add_argument("--loss-curve", required=True)
+
+    p = step("sweep-promote", cmd_sweep_promote, "rank one rung's trials by validation RMSE; keep the best")
+    p.add_argument("--rung", type=int, required=True)
+    p.add_argument("--keep", type=int, required=True, help="how many trials go on to the next rung")
+    p.add_argument("--output", required=True)
+    p.add_argument("trial_dirs", nargs="*", help="the rung's trial directories (.../trials/<trial>/rung<r>)")
+
+    p = step("sweep-report", cmd_sweep_report, "sweep summary table, validation-loss plot, best model's files")
+    p.add_argument("--plan", required=True, help="the sweep plan (JSON file)")
+    p.add_argument("--sweep-dir", required=True)
+    p.add_argument("--final", required=True, help="directory with the best trial's test evaluation")
+    p.add_argument("--output", required=True, help="report directory")
 
     p = step("summary", cmd_summary, "print the test metrics of a finished run")
     p.add_argument("--metrics", required=True)

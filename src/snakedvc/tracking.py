@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import json
 import logging
 import os
 import re
@@ -92,8 +93,8 @@ def run_dvc(args: Sequence[str], root: Path | str = ".") -> str:
 
 
 def track(paths: Sequence[str | Path], root: Path | str = ".") -> None:
-    """`dvc add` finished outputs (copies into the cache; the workspace file is untouched)."""
-    missing = [str(p) for p in paths if not (Path(root) / p).is_file()]
+    """`dvc add` finished outputs, files or directories (copies into the cache; the workspace is untouched)."""
+    missing = [str(p) for p in paths if not (Path(root) / p).exists()]
     if missing:
         raise TrackingError(f"cannot track missing output(s): {', '.join(missing)}")
     with repo_lock(root):
@@ -126,8 +127,12 @@ def save_experiment(
     message: str = "",
     push: bool = False,
     root: Path | str = ".",
+    files: Sequence[str] | None = None,
 ) -> str:
-    """`dvc exp save` the workspace with the effective params; returns the experiment's name."""
+    """`dvc exp save` the workspace with the effective params; returns the experiment's name.
+
+    ``files``: the untracked files the experiment commit holds (default: experiment_files()).
+    """
     if name:
         validate_experiment_name(name)
     write_effective_params(config, root)
@@ -136,7 +141,7 @@ def save_experiment(
         args += ["--name", name]
     if message:
         args += ["--message", message]
-    for path in experiment_files(root):
+    for path in experiment_files(root) if files is None else files:
         args += ["--include-untracked", path]
     with repo_lock(root):
         out = run_dvc(args, root)
@@ -190,3 +195,55 @@ def finish_run(config: dict[str, Any], root: Path | str = ".") -> str | None:
         push=bool(settings.get("push", False)),
         root=root,
     )
+
+
+TRIAL_METRICS = Path("results") / "trial.json"
+
+
+def finish_sweep(config: dict[str, Any], plan: Any, report: Path | str, root: Path | str = ".") -> list[str]:
+    """Save every completed trial of a sweep as its own DVC experiment, `<sweep>-<trial>`.
+
+    Each holds the trial's effective params (results/params.yaml), its validation metrics, the
+    rung it reached and whether it won (results/trial.json; the winner also has its test RMSE),
+    and the sweep report (every trial's final model and history) through report.dvc.
+    The winner is saved last, so the workspace's params are the winner's afterwards.
+    """
+    import pandas as pd
+
+    settings = config.get("tracking", {})
+    if not settings.get("enabled", True) or os.environ.get(SKIP_SAVE_ENV) == "1" or not is_dvc_repo(root):
+        return []
+    base = Path(root)
+    report_dir = Path(report)
+    table = pd.read_csv(base / report_dir / "summary.csv")
+    done = table[table["status"] == "ok"].sort_values("best", kind="stable")
+    extra = [str(report_dir) + ".dvc", str(report_dir.parent / ".gitignore")]
+    saved = []
+    for row in done.itertuples():
+        trial = plan.trial(row.trial)
+        metrics = {
+            "valid_rmse": float(row.valid_rmse),
+            "rung": int(row.rung),
+            "epoch": int(row.epoch),
+            "epochs_trained": int(row.epochs_trained),
+            "best": int(bool(row.best)),
+        }
+        if row.best and not pd.isna(row.test_rmse):
+            metrics["test_rmse"] = float(row.test_rmse)
+        with atomic_path(base / TRIAL_METRICS) as tmp:
+            tmp.write_text(json.dumps(metrics, indent=2, sort_keys=True) + "\n")
+        params = {**trial.config, "sweep": {**config["sweep"], "trial": trial.id}}
+        files = [str(EFFECTIVE_PARAMS), str(TRIAL_METRICS), *(f for f in extra if (base / f).is_file())]
+        saved.append(
+            save_experiment(
+                params,
+                name=f"{plan.name}-{trial.id}",
+                message=f"sweep {plan.name} trial {trial.id}: {trial.overrides}",
+                push=bool(settings.get("push", False)),
+                root=root,
+                files=files,
+            )
+        )
+    (base / TRIAL_METRICS).unlink(missing_ok=True)
+    log.info("sweep %s: %d trial experiments saved", plan.name, len(saved))
+    return saved

@@ -16,6 +16,7 @@ import signal
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -54,6 +55,11 @@ class TrainResult:
     history: pd.DataFrame
     best_epoch: int
     meta: dict[str, object] = field(default_factory=dict)
+    # Where training stopped (model, optimizer, data position...): a later run with a larger
+    # max_epochs continues from it exactly (successive halving's next rung).
+    final_state: dict[str, object] = field(default_factory=dict)
+    # Epochs trained by this call (not counting those of a resumed state).
+    epochs_trained: int = 0
 
 
 def make_deterministic(seed: int, threads: int) -> None:
@@ -97,7 +103,13 @@ def train_model(
     ctx: DistContext | None = None,
     store: CheckpointStore | None = None,
     stop: StopRequest | None = None,
+    initial: dict[str, Any] | None = None,
 ) -> TrainResult:
+    """Train, resuming from the newest checkpoint in ``store``, else from ``initial``.
+
+    ``initial`` is the ``final_state`` of an earlier, shorter run of the same trial
+    (an earlier rung of a sweep): training continues where it ended.
+    """
     ctx = ctx or DistContext()
     if len(train) == 0:
         raise DataError("the training split has no valid molecules")
@@ -118,7 +130,11 @@ def train_model(
     epoch, first_step, running = 1, 0, 0.0
     best_loss, best_epoch, best_state = math.inf, 0, copy.deepcopy(model.state_dict())
     rows: list[tuple[int, float, float, float]] = []
+    stopped_early = False
     resumed = store.load_latest() if store else None
+    continued = False
+    if resumed is None and initial is not None:
+        resumed, continued = initial, True
     if resumed:
         model.load_state_dict(resumed["model"])
         optimizer.load_state_dict(resumed["optimizer"])
@@ -127,24 +143,22 @@ def train_model(
         best_loss, best_epoch, best_state = resumed["best_loss"], resumed["best_epoch"], resumed["best_state"]
         rows = [tuple(r) for r in resumed["history"]]
         set_rng_state(resumed["rng"])
-        if ctx.is_main:
+        stopped_early = bool(resumed.get("stopped_early", False))
+        if ctx.is_main and continued:
+            log.info("continuing from epoch %d: the final state of an earlier run, %s", epoch, resumed.get("path"))
+        elif ctx.is_main:
             log.info(
                 "resumed from epoch %d step %d (%s checkpoint %s)",
                 epoch, first_step, resumed.get("reason", "periodic"), resumed["path"],
             )  # fmt: skip
+    rows_at_start = len(rows)
 
     net: nn.Module = model
     if ctx.distributed:
         net = nn.parallel.DistributedDataParallel(model, device_ids=[device] if device.type == "cuda" else None)
 
-    def checkpoint(next_epoch: int, next_step: int, reason: str = "periodic") -> Path | None:
-        if store is None:
-            return None
-        # Collective: the partial epoch loss of every rank, restored on rank 0 alone.
-        (total_running,) = all_sum([running], ctx)
-        if not ctx.is_main:
-            return None
-        state = {
+    def snapshot(reason: str, total_running: float) -> dict[str, Any]:
+        return {
             "model": model.state_dict(),
             "optimizer": optimizer.state_dict(),
             "running": total_running,
@@ -155,13 +169,21 @@ def train_model(
             "rng": rng_state(),
             "config": asdict(cfg),
             "reason": reason,
+            "stopped_early": stopped_early,
         }
-        path = store.save(state, next_epoch, next_step)
+
+    def checkpoint(next_epoch: int, next_step: int, reason: str = "periodic") -> Path | None:
+        if store is None:
+            return None
+        # Collective: the partial epoch loss of every rank, restored on rank 0 alone.
+        (total_running,) = all_sum([running], ctx)
+        if not ctx.is_main:
+            return None
+        path = store.save(snapshot(reason, total_running), next_epoch, next_step)
         log.info("checkpoint (%s): %s", reason, path)
         return path
 
     started = time.perf_counter()
-    stopped_early = False
     while epoch <= cfg.max_epochs and not stopped_early:
         net.train()
         order = epoch_order(len(X_train), cfg.seed, epoch)
@@ -210,8 +232,10 @@ def train_model(
             checkpoint(epoch, 0)
 
     elapsed = time.perf_counter() - started
+    # A copy: loading the best weights below overwrites the model's tensors in place.
+    final_state = copy.deepcopy({**snapshot("end of run", 0.0), "epoch": epoch, "step": 0}) if ctx.is_main else {}
     if ctx.is_main:
-        samples = len(rows) * len(X_train)
+        samples = (len(rows) - rows_at_start) * len(X_train)
         log.info(
             "throughput: %d samples in %.2f s = %.0f samples/s (%d process(es), %s)",
             samples, elapsed, samples / max(elapsed, 1e-9), ctx.world_size, device,
@@ -229,7 +253,14 @@ def train_model(
         "config": asdict(cfg),
     }
     history = pd.DataFrame(rows, columns=list(HISTORY_COLUMNS))
-    return TrainResult(model=model, history=history, best_epoch=best_epoch, meta=meta)
+    return TrainResult(
+        model=model,
+        history=history,
+        best_epoch=best_epoch,
+        meta=meta,
+        final_state=final_state,
+        epochs_trained=len(rows) - rows_at_start,
+    )
 
 
 def write_history(history: pd.DataFrame, path: str | Path) -> None:

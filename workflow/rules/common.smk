@@ -7,12 +7,14 @@ from snakemake.exceptions import WorkflowError
 from snakedvc.config import ConfigError, load_schema, validate_config
 from snakedvc.cli import print_summary
 from snakedvc.env import use_this_interpreter
-from snakedvc.tracking import finish_run, is_dvc_repo
+from snakedvc.sweep import SweepPlan
+from snakedvc.tracking import finish_run, finish_sweep, is_dvc_repo
 
+_schema = load_schema(Path(workflow.basedir) / "schemas" / "config.schema.yaml")
 try:
-    _validated = validate_config(
-        config, load_schema(Path(workflow.basedir) / "schemas" / "config.schema.yaml")
-    )
+    _validated = validate_config(config, _schema)
+    # The sweep's trials and rungs, fixed before any job runs (promotion is decided at run time).
+    SWEEP = SweepPlan.from_config(_validated, _schema) if _validated["sweep"]["enabled"] else None
 except ConfigError as error:
     raise WorkflowError(f"invalid config (params.yaml or --config): {error}") from None
 # In place, so every rule and Snakemake itself see the defaults.
@@ -21,6 +23,8 @@ config.update(_validated)
 
 use_this_interpreter()
 SPLITS = ["train", "valid", "test"]
+SWEEP_NAME = SWEEP.name if SWEEP else "none"
+SWEEP_DIR = f"results/sweeps/{SWEEP_NAME}"
 
 
 def section_json(*names):
@@ -38,6 +42,8 @@ def tracked_outputs():
     """The .dvc files the workflow targets; none where tracking is off or this is no DVC repo."""
     if not (config["tracking"]["enabled"] and is_dvc_repo()):
         return []
+    if SWEEP is not None:
+        return [f"{SWEEP_DIR}/report.dvc"]
     return [
         *dvc_files(rules.split.output),
         *expand("results/features/{split}.{ext}.dvc", split=SPLITS, ext=["npz", "rejects.csv"]),
@@ -47,6 +53,12 @@ def tracked_outputs():
 
 
 def end_of_run(cfg):
+    if SWEEP is not None:
+        report_dir = Path(SWEEP_DIR) / "report"
+        if (report_dir / "summary.txt").is_file():  # absent when only other targets were asked for
+            print((report_dir / "summary.txt").read_text())
+            finish_sweep(cfg, SWEEP, report_dir)
+        return
     print_summary("results/metrics.json")
     finish_run(cfg)
 
