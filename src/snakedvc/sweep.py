@@ -20,12 +20,13 @@ import random
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
-
-import pandas as pd
+from typing import TYPE_CHECKING, Any
 
 from snakedvc.config import ConfigError, validate_config
 from snakedvc.io import atomic_path
+
+if TYPE_CHECKING:  # pandas is imported where used: every Snakemake start-up (one per job) imports this module
+    import pandas as pd
 
 SEARCHABLE_SECTIONS = ("train", "featurise")
 # Keys the sweep itself controls, or that change nothing a trial is compared on.
@@ -36,6 +37,9 @@ NOT_SEARCHABLE = {
     "train.keep_checkpoints",
     "train.torch_threads",
     "featurise.max_reject_fraction",
+    "featurise.engine",
+    "featurise.shards",
+    "featurise.chunk_size",
 }
 SUMMARY_COLUMNS = (
     "trial", "status", "rung", "epoch", "epochs_trained", "best_epoch", "valid_rmse", "best", "test_rmse", "error",
@@ -277,6 +281,8 @@ def rung_trial_dir(sweep_dir: str | Path, trial: str, rung: int) -> Path:
 
 def summarise(plan: dict[str, Any], sweep_dir: str | Path, final_metrics: dict[str, Any]) -> pd.DataFrame:
     """One row per trial: the furthest rung it reached and its validation RMSE there."""
+    import pandas as pd
+
     rungs = [json.loads(Path(sweep_dir, "rungs", f"rung{r['rung']}.json").read_text()) for r in plan["rungs"]]
     best = rungs[-1]["ranking"][0] if rungs and rungs[-1]["ranking"] else None
     rows = []
@@ -304,6 +310,8 @@ def summarise(plan: dict[str, Any], sweep_dir: str | Path, final_metrics: dict[s
 
 
 def format_summary(table: pd.DataFrame) -> str:
+    import pandas as pd
+
     shown = table.drop(columns=["error"]).copy()
     shown["valid_rmse"] = shown["valid_rmse"].map(lambda v: "" if pd.isna(v) else f"{v:.4f}")
     shown["test_rmse"] = shown["test_rmse"].map(lambda v: "" if pd.isna(v) else f"{v:.4f}")
