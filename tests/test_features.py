@@ -9,9 +9,12 @@ import pytest
 from snakedvc.config import FeaturiseConfig
 from snakedvc.features import (
     TooManyRejectsError,
+    apply_scaling,
     check_reject_fraction,
     check_smiles,
+    featurise_smiles,
     featurise_table,
+    fit_scaling,
     load_features,
     save_features,
 )
@@ -129,3 +132,33 @@ def test_featurise_cli_fails_cleanly_on_too_many_rejects(tmp_path: Path) -> None
     assert not (tmp_path / "train.npz").exists()
     assert "C1CC" in (tmp_path / "rejects.csv").read_text()
     del log
+
+
+def test_descriptor_sets_give_one_row_per_molecule_and_one_column_per_descriptor() -> None:
+    from rdkit import Chem
+    from rdkit.Chem import Descriptors
+
+    smiles = ["CCO", "c1ccccc1O", "CC(=O)[O-].[Na+]"]
+    X = featurise_smiles(smiles, FeaturiseConfig(representation="rdkit_descriptors_2d"))
+    assert X.shape[0] == 3 and X.shape[1] > 100
+    # Row i is molecule i: its molecular weight and logP appear in its own row.
+    for i, s in enumerate(smiles):
+        mol = Chem.MolFromSmiles(s)
+        assert np.isclose(X[i], Descriptors.MolWt(mol), rtol=1e-6).any(), s
+        assert np.isclose(X[i], Descriptors.MolLogP(mol), rtol=1e-5).any(), s
+    alone = featurise_smiles(smiles[1:2], FeaturiseConfig(representation="rdkit_descriptors_2d"))
+    np.testing.assert_array_equal(alone[0], X[1])
+
+
+def test_scaling_standardises_descriptors_and_leaves_fingerprints_alone() -> None:
+    assert fit_scaling(np.array([[0, 1, 1], [1, 0, 0]], dtype=np.float32)) is None
+    X = np.array([[1.0, 100.0, np.nan], [3.0, 300.0, 5.0], [5.0, np.inf, 7.0]], dtype=np.float32)
+    scaling = fit_scaling(X)
+    assert scaling is not None
+    mean, std = scaling
+    np.testing.assert_allclose(mean, [3.0, 200.0, 6.0])
+    scaled = apply_scaling(X, mean, std)
+    np.testing.assert_allclose(scaled[:, 0], [-1.2247449, 0.0, 1.2247449], rtol=1e-6)
+    assert scaled[2, 1] == 0.0 and scaled[0, 2] == 0.0  # inf and NaN become the mean
+    assert np.isfinite(scaled).all()
+    assert apply_scaling(np.array([[1e9, 200.0, 6.0]], dtype=np.float32), mean, std)[0, 0] == 10.0  # clipped

@@ -97,11 +97,11 @@ def test_failed_rule_names_rule_and_log(slurm_cluster, project: Path) -> None:
     out = proc.stdout + proc.stderr
     assert proc.returncode != 0
     assert "Error in rule featurise" in out
-    assert "logs/featurise/train.log" in out
-    assert "max_reject_fraction" in (project / "logs/featurise/train.log").read_text()
+    assert "logs/featurise/train/0-of-1.log" in out
+    assert "max_reject_fraction" in (project / "logs/featurise/train/0-of-1.log").read_text()
     # The kept SLURM log of the failed job is named too.
     failed_jobs = slurm_jobs_by_rule(out)["featurise"]
-    assert any(f"rule_featurise/train/{jobid}.log" in out for jobid in failed_jobs)
+    assert any(f"rule_featurise/train_0_1/{jobid}.log" in out for jobid in failed_jobs)
     assert not (project / "results/features/train.npz").exists()
 
 
@@ -204,3 +204,24 @@ def test_train_with_two_processes_through_slurm(slurm_cluster, project: Path) ->
     assert "cpu=2" in row["tres"] and "gres/gpu=1" in row["tres"], row
     assert row["state"] == "COMPLETED"
     assert (project / "results/metrics.json").is_file()
+
+
+def test_sharded_featurisation_on_slurm_matches_local_bytes(slurm_cluster, project: Path) -> None:
+    targets = ["results/features/train.npz", "results/features/train.rejects.csv"]
+    config = ["--config", "data={limit: 300}"]
+
+    def md5s() -> list[str]:
+        return [hashlib.md5((project / t).read_bytes()).hexdigest() for t in targets]
+
+    run_snakemake(project, "--profile", "profiles/local", *config, "featurise={shards: 1}", "--", *targets)
+    local = md5s()
+    for shards in (3, 8):
+        for target in targets:
+            (project / target).unlink()
+        proc = run_snakemake(
+            project, "--profile", "profiles/slurm", *config, f"featurise={{shards: {shards}}}", "--", *targets
+        )
+        jobs = slurm_jobs_by_rule(proc.stdout + proc.stderr)
+        assert len(jobs["featurise"]) == shards  # one SLURM job per shard
+        assert "gather_features" not in jobs  # gathered on the submit host
+        assert md5s() == local, f"{shards} shards on SLURM differ from 1 shard locally"

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
@@ -79,3 +80,27 @@ def test_divergence_is_a_clear_error(esol_features) -> None:
 
     with pytest.raises(TrainingDivergedError, match="train.lr"):
         train_model(esol_features["train"], esol_features["valid"], TrainConfig(hidden_sizes=(32,), lr=1e30))
+
+
+def test_descriptor_features_are_standardised_in_training_and_in_prediction(tmp_path: Path) -> None:
+    table = read_molecules(REPO / "data/raw/esol.csv", "smiles", "measured log solubility in mols per litre", 200)
+    parts = split_molecules(table, SplitConfig(seed=0))
+    cfg = FeaturiseConfig(representation="rdkit_descriptors_2d")
+    feats = {name: featurise_table(part, cfg)[0] for name, part in parts.items()}
+    result = train_model(feats["train"], feats["valid"], SMALL)
+    x_mean = result.meta["x_mean"].numpy()
+    finite = np.where(np.isfinite(feats["train"].X), feats["train"].X, np.nan).astype(np.float64)
+    np.testing.assert_allclose(x_mean, np.nan_to_num(np.nanmean(finite, axis=0)))
+    save_result(result, tmp_path / "m.pt", tmp_path / "h.csv")
+    model, meta = load_model(tmp_path / "m.pt")
+    raw = predict(model, meta, feats["test"].X)
+    assert np.array_equal(raw, predict(result.model, result.meta, feats["test"].X))
+    # Without the stored standardisation the same weights predict something else entirely.
+    unscaled = predict(model, {k: v for k, v in meta.items() if k not in ("x_mean", "x_std")}, feats["test"].X)
+    assert not np.allclose(raw, unscaled)
+    assert regression_metrics(feats["test"].y, raw)["rmse"] < 1.5
+
+
+def test_fingerprint_models_carry_no_feature_scaling(esol_features) -> None:
+    result = train_model(esol_features["train"], esol_features["valid"], SMALL)
+    assert "x_mean" not in result.meta

@@ -73,3 +73,37 @@ def test_failed_featurise_names_rule_and_log(project) -> None:
     assert "Error in rule featurise" in out
     assert "max_reject_fraction" in out  # show-failed-logs prints the log's error
     assert not (project / "results/features/train.npz").exists()
+
+
+FEATURE_FILES = [
+    f"results/features/{split}.{ext}" for split in ("train", "valid", "test") for ext in ("npz", "rejects.csv")
+]
+
+
+def feature_md5s(project) -> dict[str, str]:
+    import hashlib
+
+    return {name: hashlib.md5((project / name).read_bytes()).hexdigest() for name in FEATURE_FILES}
+
+
+def test_dry_run_with_shards_lists_one_featurise_job_per_shard_and_split(project) -> None:
+    proc = run_snakemake(project, "-n", "--config", "featurise={shards: 4}")
+    out = proc.stdout + proc.stderr
+    for rule, count in [("featurise", 12), ("gather_features", 3)]:
+        assert any(line.split() == [rule, str(count)] for line in out.splitlines()), (rule, out[-2000:])
+    assert "results/features/shards/valid/3-of-4.npz" in out
+
+
+@pytest.mark.slow
+def test_feature_files_are_identical_for_1_3_and_8_shards(project) -> None:
+    found = {}
+    for shards in (1, 3, 8):
+        run_snakemake(
+            project, "--profile", "profiles/local", "--config", "data={limit: 400}",
+            f"featurise={{shards: {shards}, chunk_size: 25}}", "--", *FEATURE_FILES,
+        )  # fmt: skip
+        found[shards] = feature_md5s(project)
+        assert not list((project / "results/features/shards").rglob("*.npz"))  # temp shards removed
+        for name in FEATURE_FILES:
+            (project / name).unlink()
+    assert found[1] == found[3] == found[8]

@@ -40,3 +40,39 @@ def write_section(path: Path | str, name: str, body: str) -> None:
     text = pattern.sub(lambda _: block, text) if pattern.search(text) else text.rstrip() + "\n\n" + block + "\n"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(text)
+
+
+def rdkit_smiles() -> list[str]:
+    """The SMILES that ship in RDKit's wheel: 10,000 (WEHI) + 4,999 (NCI), for large tests and benchmarks."""
+    import csv
+    import os
+
+    import rdkit
+
+    data = Path(os.path.dirname(rdkit.__file__)) / "Data"
+    with open(data / "Pains/test_data/wehi_mols.csv", newline="") as handle:
+        wehi = [row[0] for row in csv.reader(handle) if row]
+    nci = [line.split()[0] for line in (data / "NCI/first_5K.smi").read_text().splitlines() if line.strip()]
+    return wehi + nci
+
+
+def write_synthetic_split(path: Path | str, n: int, seed: int = 0) -> Path:
+    """A split CSV (row, smiles, y) of ``n`` molecules: RDKit's shipped SMILES, repeated as random
+    (non-canonical) SMILES of the same molecules, so the parser sees new strings. Streamed to disk."""
+    import csv
+    import random
+
+    from rdkit import Chem, RDLogger
+
+    RDLogger.DisableLog("rdApp.*")  # type: ignore[attr-defined]
+    rng = random.Random(seed)
+    mols = [m for m in (Chem.MolFromSmiles(s) for s in rdkit_smiles()) if m is not None]
+    path = Path(path)
+    with open(path, "w", newline="") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(["row", "smiles", "y"])
+        for i in range(n):
+            mol = mols[i % len(mols)]
+            smiles = Chem.MolToSmiles(mol) if i < len(mols) else Chem.MolToSmiles(mol, doRandom=True)
+            writer.writerow([i, smiles, f"{rng.uniform(-10, 2):.4f}"])
+    return path

@@ -64,16 +64,44 @@ def cmd_split(args: argparse.Namespace) -> None:
 
 def cmd_featurise(args: argparse.Namespace) -> None:
     from snakedvc.config import FeaturiseConfig, section
-    from snakedvc.data import read_split
-    from snakedvc.features import check_reject_fraction, featurise_table, save_features, write_rejects
+    from snakedvc.features import check_reject_fraction, featurise_file, uses_fast_path
 
     cfg = section(FeaturiseConfig, _params(args))
-    table = read_split(args.input)
-    features, rejects = featurise_table(table, cfg)
-    write_rejects(rejects, args.rejects)
-    check_reject_fraction(len(table), rejects, cfg.max_reject_fraction, where=str(args.input))
-    save_features(features, args.output, cfg)
-    log.info("featurised %d molecules (%s) -> %s", len(features), cfg.representation, args.output)
+    if not 0 <= args.shard < args.shards:
+        raise UserError(f"--shard {args.shard} is not in 0..{args.shards - 1} (--shards {args.shards})")
+    result = featurise_file(args.input, args.output, args.rejects, cfg, args.shard, args.shards, cfg.chunk_size)
+    where = str(args.input) if args.shards == 1 else f"{args.input} shard {args.shard + 1} of {args.shards}"
+    if args.shards == 1:
+        # The whole split: check here. Shards are checked together when gathered.
+        try:
+            check_reject_fraction(result.n_input, result.rejects, cfg.max_reject_fraction, where=where)
+        except Exception:
+            Path(args.output).unlink(missing_ok=True)
+            raise
+    engine = "RDKit MorganGenerator" if uses_fast_path(cfg) else "molflux"
+    n_valid = result.n_input - len(result.rejects)
+    log.info(
+        "featurised %d of %d molecules (%s via %s) from %s -> %s",
+        n_valid,
+        result.n_input,
+        cfg.representation,
+        engine,
+        where,
+        args.output,
+    )
+
+
+def cmd_gather_features(args: argparse.Namespace) -> None:
+    from snakedvc.config import FeaturiseConfig, section
+    from snakedvc.features import gather_features
+
+    cfg = section(FeaturiseConfig, _params(args))
+    if len(args.features) != len(args.shard_rejects):
+        raise UserError(f"{len(args.features)} feature shards but {len(args.shard_rejects)} reject files")
+    n_valid, rejects = gather_features(args.features, args.shard_rejects, args.output, args.rejects, cfg, args.where)
+    log.info(
+        "gathered %d shards: %d molecules, %d rejected -> %s", len(args.features), n_valid, len(rejects), args.output
+    )
 
 
 def cmd_train(args: argparse.Namespace) -> None:
@@ -261,6 +289,16 @@ def build_parser() -> argparse.ArgumentParser:
     p = step("featurise", cmd_featurise, "featurise one split; invalid SMILES go to a rejects file")
     p.add_argument("--params", required=True, help="JSON of the featurise config section")
     p.add_argument("--input", required=True)
+    p.add_argument("--output", required=True)
+    p.add_argument("--rejects", required=True)
+    p.add_argument("--shard", type=int, default=0, help="which block of rows (0-based)")
+    p.add_argument("--shards", type=int, default=1, help="how many blocks the split is cut into")
+
+    p = step("gather-features", cmd_gather_features, "concatenate feature shards in order; check rejects")
+    p.add_argument("--params", required=True, help="JSON of the featurise config section")
+    p.add_argument("--where", required=True, help="what the shards are of (named in errors)")
+    p.add_argument("--features", nargs="+", required=True, help="the shards' features files, in order")
+    p.add_argument("--shard-rejects", nargs="+", required=True, help="the shards' rejects files, in order")
     p.add_argument("--output", required=True)
     p.add_argument("--rejects", required=True)
 

@@ -126,6 +126,9 @@ class FeaturiseConfig:
     radius: int = 2
     n_bits: int = 2048
     max_reject_fraction: float = 0.01
+    engine: str = "auto"
+    shards: int = 1
+    chunk_size: int = 10_000
 
 
 @dataclass(frozen=True)

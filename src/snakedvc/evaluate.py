@@ -11,12 +11,14 @@ import pandas as pd
 import torch
 
 from snakedvc.data import DataError
-from snakedvc.features import FeatureSet
+from snakedvc.features import FeatureSet, apply_scaling
 from snakedvc.io import atomic_path
 from snakedvc.model import MLP
 
 
 def predict(model: MLP, meta: dict[str, object], X: np.ndarray) -> np.ndarray:
+    if "x_mean" in meta:  # descriptor features: the training split's standardisation
+        X = apply_scaling(X, np.asarray(meta["x_mean"]), np.asarray(meta["x_std"]))
     with torch.no_grad():
         scaled = model(torch.from_numpy(X)).numpy().astype(np.float64)
     return scaled * float(meta["y_std"]) + float(meta["y_mean"])  # type: ignore[arg-type]

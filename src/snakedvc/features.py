@@ -1,20 +1,32 @@
-"""Featurisation: SMILES -> fingerprint matrix through molflux, with invalid SMILES set aside.
+"""Featurisation: SMILES -> feature matrix, streamed in chunks and sharded across jobs.
 
 Invalid SMILES never crash a run and are never dropped silently: each goes to a
 rejects table (row, SMILES, reason); too many rejects fail the step.
+
+ECFP (molflux's ``morgan``) takes a fast path: each SMILES is parsed once (the
+validity check's molecule is reused) and fingerprinted by RDKit's MorganGenerator,
+bit-identical to molflux (tested), without molflux's per-molecule re-parsing. Any
+other molflux representation goes through molflux. Input is read and output
+written a chunk at a time, so memory does not grow with the input; a shard is a
+contiguous block of rows, and gathering the shards in order gives the same bytes
+as one unsharded run.
 """
 
 from __future__ import annotations
 
+import csv
+import itertools
 import logging
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from snakedvc.arrays import load_arrays, save_arrays
+from snakedvc.arrays import NpzWriter, iter_array_chunks, load_arrays, save_arrays
 from snakedvc.config import FeaturiseConfig
 from snakedvc.rdkit_quiet import quiet_rdkit
 
@@ -25,6 +37,9 @@ BIT_REPRESENTATIONS = {"morgan", "ecfp", "fcfp", "maccs_rdkit", "topological", "
 # Representations that take radius / n_bits.
 MORGAN_LIKE = {"morgan", "ecfp", "fcfp"}
 REJECT_COLUMNS = ("row", "smiles", "reason")
+# Standardised descriptors beyond this many standard deviations are clipped: a single
+# extreme value (descriptors span many orders of magnitude) must not dominate a batch.
+SCALED_CLIP = 10.0
 
 
 class TooManyRejectsError(RuntimeError):
@@ -41,25 +56,49 @@ class FeatureSet:
         return len(self.rows)
 
 
-def check_smiles(smiles: str) -> str | None:
-    """Return None when RDKit parses and sanitises ``smiles``, else the reason it fails."""
+def parse_smiles(smiles: str, messages: list[str]) -> tuple[Any, str | None]:
+    """(molecule, None) when RDKit parses and sanitises ``smiles``, else (None, reason).
+
+    Call inside ``quiet_rdkit()``, passing its message list (the parse error text comes from there).
+    """
     from rdkit import Chem
 
     if not smiles.strip():
-        return "empty SMILES"
+        return None, "empty SMILES"
+    messages.clear()
+    mol = Chem.MolFromSmiles(smiles, sanitize=False)
+    if mol is None:
+        detail = next((m for m in messages if "Parse Error" in m), "")
+        detail = re.sub(r"^\[[0-9:]+\]\s*", "", detail)
+        return None, f"unparsable SMILES ({detail})" if detail else "unparsable SMILES"
+    if mol.GetNumAtoms() == 0:
+        return None, "SMILES has no atoms"
+    try:
+        Chem.SanitizeMol(mol)
+    except Exception as error:  # RDKit raises several sanitisation exception types
+        return None, f"{type(error).__name__}: {error}".strip()
+    return mol, None
+
+
+def check_smiles(smiles: str) -> str | None:
+    """Return None when RDKit parses and sanitises ``smiles``, else the reason it fails."""
     with quiet_rdkit() as messages:
-        mol = Chem.MolFromSmiles(smiles, sanitize=False)
-        if mol is None:
-            detail = next((m for m in messages if "Parse Error" in m), "")
-            detail = re.sub(r"^\[[0-9:]+\]\s*", "", detail)
-            return f"unparsable SMILES ({detail})" if detail else "unparsable SMILES"
-        if mol.GetNumAtoms() == 0:
-            return "SMILES has no atoms"
-        try:
-            Chem.SanitizeMol(mol)
-        except Exception as error:  # RDKit raises several sanitisation exception types
-            return f"{type(error).__name__}: {error}".strip()
-    return None
+        return parse_smiles(smiles, messages)[1]
+
+
+def uses_fast_path(cfg: FeaturiseConfig) -> bool:
+    return cfg.engine == "auto" and cfg.representation == "morgan"
+
+
+def ecfp_bits(mols: list[Any], radius: int, n_bits: int) -> np.ndarray:
+    """ECFP bits of parsed molecules, uint8 (n, n_bits): what molflux ``morgan`` gives (tested)."""
+    from rdkit.Chem import rdFingerprintGenerator
+
+    generator = rdFingerprintGenerator.GetMorganGenerator(radius=radius, fpSize=n_bits)
+    out = np.empty((len(mols), n_bits), dtype=np.uint8)
+    for i, mol in enumerate(mols):
+        out[i] = generator.GetFingerprintAsNumPy(mol)
+    return out
 
 
 def featurise_smiles(smiles: list[str], cfg: FeaturiseConfig) -> np.ndarray:
@@ -73,30 +112,228 @@ def featurise_smiles(smiles: list[str], cfg: FeaturiseConfig) -> np.ndarray:
         return np.zeros((0, width), dtype=np.float32)
     with quiet_rdkit():
         output = representation.featurise(smiles, **kwargs)
-    (values,) = output.values() if len(output) == 1 else (np.hstack([np.asarray(v) for v in output.values()]),)
-    return np.asarray(values, dtype=np.float32)
+    # One entry per output column: a fingerprint is one column of vectors, descriptor
+    # sets (rdkit_descriptors_2d) are many columns of scalars. Rows stay molecules.
+    columns = [np.asarray(v, dtype=np.float64).reshape(len(smiles), -1) for v in output.values()]
+    with np.errstate(over="ignore"):  # a few descriptors (Ipc) overflow float32: inf, handled by scaling
+        return np.hstack(columns).astype(np.float32)
 
 
-def featurise_table(table: pd.DataFrame, cfg: FeaturiseConfig) -> tuple[FeatureSet, pd.DataFrame]:
-    """Split a (row, smiles, y) table into features of the valid molecules and a rejects table."""
-    reasons = [check_smiles(s) for s in table["smiles"]]
+def is_binary(X: np.ndarray) -> bool:
+    return bool(np.isin(X, (0.0, 1.0)).all())
+
+
+def fit_scaling(X: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+    """Per-feature mean and std of the training matrix, over finite values; None for 0/1 fingerprints."""
+    if X.size == 0 or is_binary(X):
+        return None
+    values = np.where(np.isfinite(X), X, np.nan).astype(np.float64)
+    with np.errstate(all="ignore"):
+        mean = np.nan_to_num(np.nanmean(values, axis=0))
+        std = np.nan_to_num(np.nanstd(values, axis=0))
+    std[std == 0] = 1.0
+    return mean, std
+
+
+def apply_scaling(X: np.ndarray, mean: np.ndarray, std: np.ndarray) -> np.ndarray:
+    """Standardise with training statistics; missing or infinite values become the mean, outliers are clipped."""
+    with np.errstate(all="ignore"):
+        scaled = (X.astype(np.float64) - mean) / std
+    scaled[~np.isfinite(scaled)] = 0.0
+    return np.clip(scaled, -SCALED_CLIP, SCALED_CLIP).astype(np.float32)
+
+
+@dataclass(frozen=True)
+class Chunk:
+    """Featurised rows of one chunk: X as stored (bit-packed uint8 for fingerprints, else float32)."""
+
+    rows: np.ndarray
+    y: np.ndarray
+    X: np.ndarray
+    rejects: pd.DataFrame
+    n_features: int  # unpacked width
+
+
+def featurise_chunk(table: pd.DataFrame, cfg: FeaturiseConfig) -> Chunk:
+    """Featurise a (row, smiles, y) table; invalid SMILES go to the chunk's rejects."""
+    mols, reasons = [], []
+    with quiet_rdkit() as messages:
+        for smiles in table["smiles"]:
+            mol, reason = parse_smiles(smiles, messages)
+            mols.append(mol)
+            reasons.append(reason)
     bad = np.array([r is not None for r in reasons], dtype=bool)
     rejects = pd.DataFrame(
         {
-            "row": table["row"].to_numpy()[bad],
+            "row": table["row"].to_numpy(dtype=np.int64)[bad],
             "smiles": table["smiles"].to_numpy()[bad],
             "reason": [r for r in reasons if r is not None],
         },
         columns=list(REJECT_COLUMNS),
     )
     good = table.loc[~bad]
-    X = featurise_smiles(good["smiles"].tolist(), cfg)
-    features = FeatureSet(
-        rows=good["row"].to_numpy(dtype=np.int64),
-        y=good["y"].to_numpy(dtype=np.float64),
-        X=X,
-    )
-    return features, rejects
+    if uses_fast_path(cfg):
+        X = ecfp_bits([m for m in mols if m is not None], cfg.radius, cfg.n_bits)
+    else:
+        X = featurise_smiles(good["smiles"].tolist(), cfg)
+    width = int(X.shape[1])
+    if cfg.representation in BIT_REPRESENTATIONS:
+        X = np.packbits(X.astype(np.uint8), axis=1)
+    return Chunk(good["row"].to_numpy(dtype=np.int64), good["y"].to_numpy(dtype=np.float64), X, rejects, width)
+
+
+def featurise_table(table: pd.DataFrame, cfg: FeaturiseConfig) -> tuple[FeatureSet, pd.DataFrame]:
+    """Split a (row, smiles, y) table into features of the valid molecules and a rejects table."""
+    chunk = featurise_chunk(table, cfg)
+    X = chunk.X
+    if cfg.representation in BIT_REPRESENTATIONS:
+        X = np.unpackbits(X, axis=1, count=chunk.n_features).astype(np.float32)
+    return FeatureSet(rows=chunk.rows, y=chunk.y, X=X), chunk.rejects
+
+
+def shard_bounds(n_rows: int, shard: int, shards: int) -> tuple[int, int]:
+    """Rows [start, stop) of a shard: contiguous, balanced (sizes differ by at most 1), covering all rows."""
+    if not 0 <= shard < shards:
+        raise ValueError(f"shard {shard} is not in 0..{shards - 1}")
+    return n_rows * shard // shards, n_rows * (shard + 1) // shards
+
+
+def count_rows(path: str | Path) -> int:
+    """Data rows of a split CSV, streamed."""
+    with open(path, newline="") as handle:
+        return sum(1 for _ in csv.reader(handle)) - 1
+
+
+def read_chunks(path: str | Path, start: int, stop: int | None, chunk_size: int) -> Iterator[pd.DataFrame]:
+    """Rows [start, stop) of a split CSV (row, smiles, y) as DataFrames of at most ``chunk_size`` rows."""
+    from snakedvc.data import COLUMNS, DataError
+
+    path = Path(path)
+    if not path.is_file():
+        raise DataError(f"input file not found: {path}")
+    with open(path, newline="") as handle:
+        reader = csv.reader(handle)
+        header = next(reader, None)
+        if header is None or [c for c in COLUMNS if c not in header]:
+            raise DataError(f"{path}: expected columns {', '.join(COLUMNS)}, found {header}")
+        index = [header.index(c) for c in COLUMNS]
+        rows = itertools.islice(reader, start, stop)
+        while batch := list(itertools.islice(rows, chunk_size)):
+            yield pd.DataFrame(
+                {
+                    "row": np.array([int(r[index[0]]) for r in batch], dtype=np.int64),
+                    "smiles": [r[index[1]] for r in batch],
+                    "y": np.array([float(r[index[2]]) for r in batch], dtype=np.float64),
+                }
+            )
+
+
+def write_feature_arrays(writer: NpzWriter, chunk: Chunk) -> None:
+    writer.append("rows", chunk.rows)
+    writer.append("y", chunk.y)
+    if len(chunk.rows):  # an empty chunk of a molflux representation has no width to check
+        writer.append("X", chunk.X)
+
+
+def _declare_features(writer: NpzWriter, cfg: FeaturiseConfig) -> None:
+    writer.declare("rows", np.int64)
+    writer.declare("y", np.float64)
+    if cfg.representation in MORGAN_LIKE:
+        writer.declare("X", np.uint8, ((cfg.n_bits + 7) // 8,))
+
+
+def _finish_features(writer: NpzWriter, cfg: FeaturiseConfig, width: int | None) -> None:
+    packed = cfg.representation in BIT_REPRESENTATIONS
+    writer.declare("X", np.uint8 if packed else np.float32, (0,))
+    if width is None:
+        width = cfg.n_bits if cfg.representation in MORGAN_LIKE else 0
+    writer.scalar("packed", np.array(packed))
+    writer.scalar("n_features", np.array(width, dtype=np.int64))
+
+
+@dataclass(frozen=True)
+class ShardResult:
+    n_input: int
+    n_features: int
+    rejects: pd.DataFrame
+
+
+def featurise_file(
+    input_csv: str | Path,
+    output: str | Path,
+    rejects_csv: str | Path,
+    cfg: FeaturiseConfig,
+    shard: int = 0,
+    shards: int = 1,
+    chunk_size: int = 10_000,
+) -> ShardResult:
+    """Featurise one shard of a split CSV into a features .npz and a rejects CSV, a chunk at a time."""
+    start, stop = (0, None) if shards == 1 else shard_bounds(count_rows(input_csv), shard, shards)
+    n_input, width = 0, None
+    rejects = []
+    with NpzWriter(output) as writer:
+        _declare_features(writer, cfg)
+        for table in read_chunks(input_csv, start, stop, chunk_size):
+            chunk = featurise_chunk(table, cfg)
+            write_feature_arrays(writer, chunk)
+            n_input += len(table)
+            rejects.append(chunk.rejects)
+            if len(chunk.rows) and width is None:
+                width = chunk.n_features
+        _finish_features(writer, cfg, width)
+    table = pd.concat(rejects, ignore_index=True) if rejects else pd.DataFrame(columns=list(REJECT_COLUMNS))
+    write_rejects(table, rejects_csv)
+    return ShardResult(n_input, width or 0, table)
+
+
+def gather_features(
+    shard_features: list[str | Path],
+    shard_rejects: list[str | Path],
+    output: str | Path,
+    rejects_csv: str | Path,
+    cfg: FeaturiseConfig,
+    where: str,
+) -> tuple[int, pd.DataFrame]:
+    """Concatenate shards in order into one features file and one rejects file; check the reject fraction.
+
+    Streams the arrays: memory is one block, however large the shards. Returns (molecules, rejects).
+    """
+    rejects = [pd.read_csv(p, dtype={"smiles": str}, keep_default_na=False) for p in shard_rejects]
+    table = pd.concat(rejects, ignore_index=True) if rejects else pd.DataFrame(columns=list(REJECT_COLUMNS))
+    widths = set()
+    n_valid = 0
+    with NpzWriter(output) as writer:
+        _declare_features(writer, cfg)
+        for path in shard_features:
+            arrays = zip_array_names(path)
+            for name in ("rows", "y", "X"):
+                if name not in arrays:
+                    raise ValueError(f"{path}: not a features file (no {name!r} array)")
+            n_here = 0
+            for block in iter_array_chunks(path, "rows"):
+                writer.append("rows", block)
+                n_here += len(block)
+            for block in iter_array_chunks(path, "y"):
+                writer.append("y", block)
+            if n_here:
+                for block in iter_array_chunks(path, "X"):
+                    writer.append("X", block)
+                widths.add(int(next(iter_array_chunks(path, "n_features"))[0]))
+            n_valid += n_here
+        if len(widths) > 1:
+            raise ValueError(f"{where}: shards disagree on the number of features: {sorted(widths)}")
+        _finish_features(writer, cfg, widths.pop() if widths else None)
+        # Checked before the features file is written: a failed gather leaves no output.
+        check_reject_fraction(n_valid + len(table), table, cfg.max_reject_fraction, where)
+    write_rejects(table, rejects_csv)
+    return n_valid, table
+
+
+def zip_array_names(path: str | Path) -> set[str]:
+    import zipfile
+
+    with zipfile.ZipFile(path) as archive:
+        return {name.removesuffix(".npy") for name in archive.namelist()}
 
 
 def check_reject_fraction(n_total: int, rejects: pd.DataFrame, max_fraction: float, where: str) -> None:

@@ -14,7 +14,7 @@ import logging
 import math
 import signal
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +27,7 @@ from snakedvc.checkpoint import CheckpointStore, StopRequest, rng_state, set_rng
 from snakedvc.config import TrainConfig
 from snakedvc.data import DataError
 from snakedvc.distributed import DistContext, all_sum
-from snakedvc.features import FeatureSet
+from snakedvc.features import FeatureSet, apply_scaling, fit_scaling
 from snakedvc.io import atomic_path
 from snakedvc.model import MLP, dropout_masks, save_model
 
@@ -117,6 +117,12 @@ def train_model(
     y_mean = float(np.mean(train.y))
     y_std = float(np.std(train.y)) or 1.0
     device = ctx.device
+    # Descriptor features are standardised with the training split's statistics (kept in the
+    # model for prediction); 0/1 fingerprints go in as they are.
+    scaling = fit_scaling(train.X)
+    if scaling is not None:
+        train = replace(train, X=apply_scaling(train.X, *scaling))
+        valid = replace(valid, X=apply_scaling(valid.X, *scaling))
     X_train = torch.from_numpy(train.X).to(device)
     y_train = torch.from_numpy(((train.y - y_mean) / y_std).astype(np.float32)).to(device)
     mine = rank_slice(len(valid), ctx)
@@ -252,6 +258,8 @@ def train_model(
         "best_epoch": best_epoch,
         "config": asdict(cfg),
     }
+    if scaling is not None:
+        meta["x_mean"], meta["x_std"] = (torch.from_numpy(a) for a in scaling)
     history = pd.DataFrame(rows, columns=list(HISTORY_COLUMNS))
     return TrainResult(
         model=model,

@@ -1,5 +1,6 @@
 # Validation of the config, and tiny helpers the rules share. Logic lives in src/snakedvc.
 import json
+import shlex
 from pathlib import Path
 
 from snakemake.exceptions import WorkflowError
@@ -63,6 +64,43 @@ def end_of_run(cfg):
     finish_run(cfg)
 
 
+def feature_shards(split, ext):
+    """The shard files gather_features concatenates, in order."""
+    shards = config["featurise"]["shards"]
+    return [f"results/features/shards/{split}/{i}-of-{shards}.{ext}" for i in range(shards)]
+
+
 def res(rule_name, key):
     """A portable resource of a rule from the config's resources section."""
     return config["resources"][rule_name].get(key, 0)
+
+
+# Sweeps (rules/sweep.smk): where a trial's features and rung outputs live, who runs in a rung.
+def sweep_features(trial, split):
+    key = SWEEP.features_key(trial)
+    if key is None:  # the workflow's own features
+        return f"results/features/{split}.npz"
+    return f"{SWEEP_DIR}/features/{key}/{split}.npz"
+
+
+def trial_dir(trial, rung):
+    return f"{SWEEP_DIR}/trials/{trial}/rung{rung}"
+
+
+def rung_trials(rung):
+    """The trials trained in a rung: all valid ones first, then the previous rung's survivors."""
+    if rung == 0:
+        return [trial.id for trial in SWEEP.valid_trials]
+    decision = checkpoints.sweep_rung.get(rung=str(rung - 1)).output.decision
+    with open(decision) as handle:
+        return json.load(handle)["survivors"]
+
+
+def best_trial_dir(wildcards):
+    last = len(SWEEP.rungs) - 1
+    decision = checkpoints.sweep_rung.get(rung=str(last)).output.decision
+    with open(decision) as handle:
+        ranking = json.load(handle)["ranking"]
+    if not ranking:
+        raise WorkflowError(f"sweep {SWEEP.name}: every trial failed; see {SWEEP_DIR}/rungs/")
+    return trial_dir(ranking[0], last)

@@ -2,37 +2,6 @@
 # Rung r trains each survivor of rung r-1 on to the rung's epochs, continuing from the state
 # its previous rung ended in; the checkpoint rule `sweep_rung` ranks a rung by validation
 # RMSE at run time and decides who goes on. The winner is evaluated once on test.
-import shlex
-
-
-def sweep_features(trial, split):
-    key = SWEEP.features_key(trial)
-    if key is None:  # the workflow's own features
-        return f"results/features/{split}.npz"
-    return f"{SWEEP_DIR}/features/{key}/{split}.npz"
-
-
-def trial_dir(trial, rung):
-    return f"{SWEEP_DIR}/trials/{trial}/rung{rung}"
-
-
-def rung_trials(rung):
-    """The trials trained in a rung: all valid ones first, then the previous rung's survivors."""
-    if rung == 0:
-        return [trial.id for trial in SWEEP.valid_trials]
-    decision = checkpoints.sweep_rung.get(rung=str(rung - 1)).output.decision
-    with open(decision) as handle:
-        return json.load(handle)["survivors"]
-
-
-def best_trial_dir(wildcards):
-    last = len(SWEEP.rungs) - 1
-    decision = checkpoints.sweep_rung.get(rung=str(last)).output.decision
-    with open(decision) as handle:
-        ranking = json.load(handle)["ranking"]
-    if not ranking:
-        raise WorkflowError(f"sweep {SWEEP.name}: every trial failed; see {SWEEP_DIR}/rungs/")
-    return trial_dir(ranking[0], last)
 
 
 rule sweep_featurise:
@@ -147,8 +116,8 @@ rule sweep_report:
         plan=f"{SWEEP_DIR}/plan.json",
     params:
         plan=lambda w: json.dumps(SWEEP.describe(), sort_keys=True),
-        final=f"{SWEEP_DIR}/final",
-        sweep_dir=SWEEP_DIR,
+        final=lambda w, input: Path(input.final[0]).parent,
+        sweep_dir=lambda w, output: Path(output.plan).parent,
     log:
         f"logs/sweeps/{SWEEP_NAME}/report.log",
     benchmark:
