@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 SNAKEMAKE := $(BIN)/snakemake
 
-.PHONY: help setup run run-slurm test test-fast lint dag clean cluster-up cluster-down
+.PHONY: help setup run run-slurm test test-fast lint dag bench clean cluster-up cluster-down
 
 help:
 	@echo "make run        set up .venv and run the pipeline locally (profiles/local)"
@@ -13,6 +13,7 @@ help:
 	@echo "make run-slurm  run the pipeline through profiles/slurm (needs a cluster: make cluster-up)"
 	@echo "make dag        render the job DAG and rule graph to dag/*.svg"
 	@echo "make lint       ruff, mypy and snakemake --lint"
+	@echo "make bench      every benchmark (needs root for the test cluster); writes docs/benchmarks.md"
 
 setup:
 	@scripts/setup
@@ -43,6 +44,9 @@ dag: setup
 	$(SNAKEMAKE) --dag --quiet all | dot -Tsvg > $(DAG_DIR)/dag.svg
 	$(SNAKEMAKE) --rulegraph --quiet all | dot -Tsvg > $(DAG_DIR)/rulegraph.svg
 	@echo "wrote $(DAG_DIR)/dag.svg $(DAG_DIR)/rulegraph.svg"
+
+bench: setup cluster-up
+	scripts/bench
 
 cluster-up:
 	@scripts/slurm-cluster up

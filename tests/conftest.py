@@ -102,3 +102,26 @@ def dvc_project(dest: Path, remote: Path) -> Path:
     git(dest, "commit", "-q", "-m", "project")
     git(dest, "push", "-q", "origin", "main")
     return dest
+
+
+def md5(path: Path) -> str:
+    import hashlib
+
+    return hashlib.md5(path.read_bytes()).hexdigest()
+
+
+def dvc_experiments(repo: Path, metrics_file: str = "results/metrics.json") -> dict[str, dict]:
+    """name -> {'params': ..., 'metrics': ...} for every experiment `dvc exp show --json` lists."""
+    import json
+
+    shown = json.loads(dvc(repo, "exp", "show", "--json").stdout)
+    found = {}
+    for commit in shown:
+        for exp in commit.get("experiments") or []:
+            rev = exp["revs"][0]
+            data = rev["data"]
+            found[exp.get("name") or rev.get("name")] = {
+                "params": data["params"]["results/params.yaml"]["data"],
+                "metrics": (data["metrics"].get(metrics_file) or {}).get("data", {}),
+            }
+    return found

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 from pathlib import Path
 
 import numpy as np
@@ -21,6 +20,7 @@ from snakedvc.features import (
     load_features,
     shard_bounds,
 )
+from tests.conftest import md5
 from tests.test_features import MOLECULES
 
 # Stereo, charges, aromatic heterocycles, isotopes, salts, radicals, a macrocycle, organometallics.
@@ -40,10 +40,6 @@ EDGE_CASES = [
     "C1CCCCCCCCCCCCCCCCCCCCC1",
     "[Cu+2].[O-]C(=O)C.[O-]C(=O)C",
 ]
-
-
-def md5(path: Path) -> str:
-    return hashlib.md5(path.read_bytes()).hexdigest()
 
 
 def write_split(path: Path, smiles: list[str]) -> Path:

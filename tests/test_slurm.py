@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import os
 import subprocess
 import sys
@@ -12,7 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.conftest import REPO, SMALL_RUN, copy_project, run_snakemake, slurm_jobs_by_rule
+from tests.conftest import REPO, SMALL_RUN, copy_project, md5, run_snakemake, slurm_jobs_by_rule
 
 pytestmark = pytest.mark.slurm
 
@@ -26,10 +25,6 @@ COMPARED = [
     "results/metrics.json",
     "results/predictions.csv",
 ]
-
-
-def md5(path: Path) -> str:
-    return hashlib.md5(path.read_bytes()).hexdigest()
 
 
 def sacct(jobid: str) -> dict[str, str]:
@@ -97,11 +92,11 @@ def test_failed_rule_names_rule_and_log(slurm_cluster, project: Path) -> None:
     out = proc.stdout + proc.stderr
     assert proc.returncode != 0
     assert "Error in rule featurise" in out
-    assert "logs/featurise/train/0-of-1.log" in out
-    assert "max_reject_fraction" in (project / "logs/featurise/train/0-of-1.log").read_text()
+    assert "logs/featurise/train.log" in out
+    assert "max_reject_fraction" in (project / "logs/featurise/train.log").read_text()
     # The kept SLURM log of the failed job is named too.
     failed_jobs = slurm_jobs_by_rule(out)["featurise"]
-    assert any(f"rule_featurise/train_0_1/{jobid}.log" in out for jobid in failed_jobs)
+    assert any(f"rule_featurise/train/{jobid}.log" in out for jobid in failed_jobs)
     assert not (project / "results/features/train.npz").exists()
 
 
@@ -211,7 +206,7 @@ def test_sharded_featurisation_on_slurm_matches_local_bytes(slurm_cluster, proje
     config = ["--config", "data={limit: 300}"]
 
     def md5s() -> list[str]:
-        return [hashlib.md5((project / t).read_bytes()).hexdigest() for t in targets]
+        return [md5(project / t) for t in targets]
 
     run_snakemake(project, "--profile", "profiles/local", *config, "featurise={shards: 1}", "--", *targets)
     local = md5s()

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import json
 import re
 import shutil
@@ -14,7 +13,7 @@ import yaml
 
 from snakedvc.config import load_schema, validate_config
 from snakedvc.sweep import schedule, total_epochs
-from tests.conftest import REPO, SCHEMA, dvc, dvc_project, run_snakemake, slurm_jobs_by_rule
+from tests.conftest import REPO, SCHEMA, dvc, dvc_experiments, dvc_project, md5, run_snakemake, slurm_jobs_by_rule
 from tests.test_slurm import wait_for_sacct
 
 # 8 trials, eta 2: rungs of 1, 2, 4 epochs with 8, 4, 2 trials; 16 epochs in all (full grid: 32).
@@ -38,23 +37,12 @@ def write_sweep(project: Path, sweep: dict) -> str:
     return "sweep.yaml"
 
 
-def md5(path: Path) -> str:
-    return hashlib.md5(path.read_bytes()).hexdigest()
-
-
 def sweep_experiments(repo: Path) -> dict[str, dict]:
-    """name -> {'params': ..., 'trial': ...} for every experiment `dvc exp show --json` lists."""
-    shown = json.loads(dvc(repo, "exp", "show", "--json").stdout)
-    found = {}
-    for commit in shown:
-        for exp in commit.get("experiments") or []:
-            rev = exp["revs"][0]
-            data = rev["data"]
-            found[exp.get("name") or rev.get("name")] = {
-                "params": data["params"]["results/params.yaml"]["data"],
-                "trial": (data["metrics"].get("results/trial.json") or {}).get("data", {}),
-            }
-    return found
+    """name -> {'params': ..., 'trial': ...}: each trial's params and results/trial.json."""
+    return {
+        name: {"params": exp["params"], "trial": exp["metrics"]}
+        for name, exp in dvc_experiments(repo, "results/trial.json").items()
+    }
 
 
 def epoch_lines(log: str) -> list[int]:

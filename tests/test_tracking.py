@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
@@ -14,28 +13,24 @@ import pytest
 import yaml
 
 from snakedvc.tracking import TrackingError, track, validate_experiment_name
-from tests.conftest import REPO, SMALL_RUN, dvc, dvc_project, git, run_snakemake, slurm_jobs_by_rule, venv_env
+from tests.conftest import (
+    REPO,
+    SMALL_RUN,
+    dvc,
+    dvc_experiments,
+    dvc_project,
+    git,
+    md5,
+    run_snakemake,
+    slurm_jobs_by_rule,
+    venv_env,
+)
 
 SMALL = SMALL_RUN[1:]  # the --config values
 
 
-def md5(path: Path) -> str:
-    return hashlib.md5(path.read_bytes()).hexdigest()
-
-
 def experiments(repo: Path) -> dict[str, dict]:
-    """name -> {'params': ..., 'metrics': ...} from `dvc exp show --json`."""
-    shown = json.loads(dvc(repo, "exp", "show", "--json").stdout)
-    found = {}
-    for commit in shown:
-        for exp in commit.get("experiments") or []:
-            rev = exp["revs"][0]
-            data = rev["data"]
-            found[exp.get("name") or rev.get("name")] = {
-                "params": data["params"]["results/params.yaml"]["data"],
-                "metrics": data["metrics"]["results/metrics.json"]["data"],
-            }
-    return found
+    return dvc_experiments(repo, "results/metrics.json")
 
 
 @pytest.mark.parametrize("name", ["run-1", "lr_0.001", "A"])

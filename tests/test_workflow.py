@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from tests.conftest import SMALL_RUN, run_snakemake
+from tests.conftest import SMALL_RUN, md5, run_snakemake
 
 OUTPUTS = [
     "results/metrics.json",
@@ -81,9 +81,7 @@ FEATURE_FILES = [
 
 
 def feature_md5s(project) -> dict[str, str]:
-    import hashlib
-
-    return {name: hashlib.md5((project / name).read_bytes()).hexdigest() for name in FEATURE_FILES}
+    return {name: md5(project / name) for name in FEATURE_FILES}
 
 
 def test_dry_run_with_shards_lists_one_featurise_job_per_shard_and_split(project) -> None:

@@ -70,6 +70,19 @@ def feature_shards(split, ext):
     return [f"results/features/shards/{split}/{i}-of-{shards}.{ext}" for i in range(shards)]
 
 
+def featurise_output(ext):
+    """A split's features (one shard: nothing to gather), else one shard's, kept until gathered."""
+    if config["featurise"]["shards"] == 1:
+        return f"results/features/{{split}}.{ext}"
+    return temp(f"results/features/shards/{{split}}/{{shard}}-of-{{shards}}.{ext}")
+
+
+def featurise_log(folder, ext="log"):
+    if config["featurise"]["shards"] == 1:
+        return f"{folder}/{{split}}.{ext}"
+    return f"{folder}/{{split}}/{{shard}}-of-{{shards}}.{ext}"
+
+
 def res(rule_name, key):
     """A portable resource of a rule from the config's resources section."""
     return config["resources"][rule_name].get(key, 0)
