@@ -25,15 +25,13 @@ from typing import Any
 import numpy as np
 import torch
 
+from snakedvc.errors import EXIT_CHECKPOINTED  # noqa: F401 - part of this module's API
 from snakedvc.io import atomic_path
 
 log = logging.getLogger(__name__)
 
 FORMAT_VERSION = 1
 _NAME = re.compile(r"^ckpt-e(\d+)-s(\d+)\.pt$")
-# Exit status of a trainer that checkpointed and stopped on request (EX_TEMPFAIL):
-# non-zero, so Snakemake retries the job, which resumes.
-EXIT_CHECKPOINTED = 75
 
 
 def run_key(config: dict[str, Any], inputs: Sequence[str | Path]) -> str:

@@ -366,12 +366,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from snakedvc.checkpoint import EXIT_CHECKPOINTED
     from snakedvc.config import ConfigError
     from snakedvc.data import DataError
+    from snakedvc.errors import EXIT_CHECKPOINTED, TrainingDivergedError, TrainingStopped
     from snakedvc.features import TooManyRejectsError
     from snakedvc.tracking import TrackingError
-    from snakedvc.train import TrainingDivergedError, TrainingStopped
 
     args = build_parser().parse_args(argv)
     _setup_logging(getattr(args, "log", None))

@@ -90,15 +90,11 @@ def uses_fast_path(cfg: FeaturiseConfig) -> bool:
     return cfg.engine == "auto" and cfg.representation == "morgan"
 
 
-def ecfp_bits(mols: list[Any], radius: int, n_bits: int) -> np.ndarray:
-    """ECFP bits of parsed molecules, uint8 (n, n_bits): what molflux ``morgan`` gives (tested)."""
+def morgan_generator(radius: int, n_bits: int) -> Any:
+    """RDKit's ECFP generator: the same bits as molflux ``morgan`` with the same radius and n_bits (tested)."""
     from rdkit.Chem import rdFingerprintGenerator
 
-    generator = rdFingerprintGenerator.GetMorganGenerator(radius=radius, fpSize=n_bits)
-    out = np.empty((len(mols), n_bits), dtype=np.uint8)
-    for i, mol in enumerate(mols):
-        out[i] = generator.GetFingerprintAsNumPy(mol)
-    return out
+    return rdFingerprintGenerator.GetMorganGenerator(radius=radius, fpSize=n_bits)
 
 
 def featurise_smiles(smiles: list[str], cfg: FeaturiseConfig) -> np.ndarray:
@@ -156,12 +152,18 @@ class Chunk:
 
 def featurise_chunk(table: pd.DataFrame, cfg: FeaturiseConfig) -> Chunk:
     """Featurise a (row, smiles, y) table; invalid SMILES go to the chunk's rejects."""
-    mols, reasons = [], []
+    # Fast path: fingerprint each molecule as soon as it is parsed and checked, then let it go.
+    generator = morgan_generator(cfg.radius, cfg.n_bits) if uses_fast_path(cfg) else None
+    bits = np.empty((len(table), cfg.n_bits if generator else 0), dtype=np.uint8)
+    reasons: list[str | None] = []
+    n_good = 0
     with quiet_rdkit() as messages:
         for smiles in table["smiles"]:
             mol, reason = parse_smiles(smiles, messages)
-            mols.append(mol)
             reasons.append(reason)
+            if mol is not None and generator is not None:
+                bits[n_good] = generator.GetFingerprintAsNumPy(mol)
+                n_good += 1
     bad = np.array([r is not None for r in reasons], dtype=bool)
     rejects = pd.DataFrame(
         {
@@ -172,10 +174,7 @@ def featurise_chunk(table: pd.DataFrame, cfg: FeaturiseConfig) -> Chunk:
         columns=list(REJECT_COLUMNS),
     )
     good = table.loc[~bad]
-    if uses_fast_path(cfg):
-        X = ecfp_bits([m for m in mols if m is not None], cfg.radius, cfg.n_bits)
-    else:
-        X = featurise_smiles(good["smiles"].tolist(), cfg)
+    X = bits[:n_good] if generator is not None else featurise_smiles(good["smiles"].tolist(), cfg)
     width = int(X.shape[1])
     if cfg.representation in BIT_REPRESENTATIONS:
         X = np.packbits(X.astype(np.uint8), axis=1)

@@ -27,6 +27,7 @@ from snakedvc.checkpoint import CheckpointStore, StopRequest, rng_state, set_rng
 from snakedvc.config import TrainConfig
 from snakedvc.data import DataError
 from snakedvc.distributed import DistContext, all_sum
+from snakedvc.errors import TrainingDivergedError, TrainingStopped
 from snakedvc.features import FeatureSet, apply_scaling, fit_scaling
 from snakedvc.io import atomic_path
 from snakedvc.model import MLP, dropout_masks, save_model
@@ -34,19 +35,6 @@ from snakedvc.model import MLP, dropout_masks, save_model
 log = logging.getLogger(__name__)
 
 HISTORY_COLUMNS = ("epoch", "train_loss", "valid_loss", "valid_rmse")
-
-
-class TrainingDivergedError(RuntimeError):
-    """The loss became NaN or infinite."""
-
-
-class TrainingStopped(RuntimeError):
-    """Training checkpointed and stopped on request (SIGTERM); a rerun resumes."""
-
-    def __init__(self, checkpoint: Path | None, epoch: int, step: int, signame: str = "request") -> None:
-        where = f"checkpoint kept: {checkpoint}" if checkpoint else "no checkpoint store"
-        super().__init__(f"stopped on {signame} at epoch {epoch} step {step}; {where}; a rerun resumes from it")
-        self.checkpoint = checkpoint
 
 
 @dataclass

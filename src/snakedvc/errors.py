@@ -1,0 +1,23 @@
+"""Training's exceptions and exit status, importable without torch: `snakedvc main` catches them
+for every subcommand, and a featurise or split job should not pay torch's import (≈1 s, ≈300 MB)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+# Exit status of a trainer that checkpointed and stopped on request (EX_TEMPFAIL):
+# non-zero, so Snakemake retries the job, which resumes.
+EXIT_CHECKPOINTED = 75
+
+
+class TrainingDivergedError(RuntimeError):
+    """The loss became NaN or infinite."""
+
+
+class TrainingStopped(RuntimeError):
+    """Training checkpointed and stopped on request (SIGTERM); a rerun resumes."""
+
+    def __init__(self, checkpoint: Path | None, epoch: int, step: int, signame: str = "request") -> None:
+        where = f"checkpoint kept: {checkpoint}" if checkpoint else "no checkpoint store"
+        super().__init__(f"stopped on {signame} at epoch {epoch} step {step}; {where}; a rerun resumes from it")
+        self.checkpoint = checkpoint
