@@ -10,6 +10,7 @@ one chunk however large the arrays grow.
 
 from __future__ import annotations
 
+import io
 import tempfile
 import zipfile
 from collections.abc import Iterator
@@ -74,9 +75,6 @@ class NpzWriter:
         self.append(name, array.reshape(1))
         self._columns[name].scalar = True
 
-    def rows(self, name: str) -> int:
-        return self._columns[name].rows if name in self._columns else 0
-
     def close(self) -> None:
         try:
             with atomic_path(self.path) as tmp, zipfile.ZipFile(tmp, "w", zipfile.ZIP_DEFLATED) as archive:
@@ -105,8 +103,6 @@ class NpzWriter:
 
 
 def _write_entry(archive: zipfile.ZipFile, name: str, header: dict[str, Any], data: IO[bytes]) -> None:
-    import io
-
     head = io.BytesIO()
     np.lib.format.write_array_header_1_0(head, header)
     size = data.seek(0, 2)

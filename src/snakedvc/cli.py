@@ -64,20 +64,13 @@ def cmd_split(args: argparse.Namespace) -> None:
 
 def cmd_featurise(args: argparse.Namespace) -> None:
     from snakedvc.config import FeaturiseConfig, section
-    from snakedvc.features import check_reject_fraction, featurise_file, uses_fast_path
+    from snakedvc.features import featurise_file, uses_fast_path
 
     cfg = section(FeaturiseConfig, _params(args))
     if not 0 <= args.shard < args.shards:
         raise UserError(f"--shard {args.shard} is not in 0..{args.shards - 1} (--shards {args.shards})")
     result = featurise_file(args.input, args.output, args.rejects, cfg, args.shard, args.shards, cfg.chunk_size)
     where = str(args.input) if args.shards == 1 else f"{args.input} shard {args.shard + 1} of {args.shards}"
-    if args.shards == 1:
-        # The whole split: check here. Shards are checked together when gathered.
-        try:
-            check_reject_fraction(result.n_input, result.rejects, cfg.max_reject_fraction, where=where)
-        except Exception:
-            Path(args.output).unlink(missing_ok=True)
-            raise
     engine = "RDKit MorganGenerator" if uses_fast_path(cfg) else "molflux"
     n_valid = result.n_input - len(result.rejects)
     log.info(

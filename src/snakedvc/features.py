@@ -253,8 +253,11 @@ def _finish_features(writer: NpzWriter, cfg: FeaturiseConfig, width: int | None)
 @dataclass(frozen=True)
 class ShardResult:
     n_input: int
-    n_features: int
     rejects: pd.DataFrame
+
+
+def _concat_rejects(frames: list[pd.DataFrame]) -> pd.DataFrame:
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=list(REJECT_COLUMNS))
 
 
 def featurise_file(
@@ -266,7 +269,11 @@ def featurise_file(
     shards: int = 1,
     chunk_size: int = 10_000,
 ) -> ShardResult:
-    """Featurise one shard of a split CSV into a features .npz and a rejects CSV, a chunk at a time."""
+    """Featurise one shard of a split CSV into a features .npz and a rejects CSV, a chunk at a time.
+
+    A whole split (one shard) has its reject fraction checked here; shards are checked together
+    when gathered. Either way a failed check writes no features file.
+    """
     start, stop = (0, None) if shards == 1 else shard_bounds(count_rows(input_csv), shard, shards)
     n_input, width = 0, None
     rejects = []
@@ -280,9 +287,11 @@ def featurise_file(
             if len(chunk.rows) and width is None:
                 width = chunk.n_features
         _finish_features(writer, cfg, width)
-    table = pd.concat(rejects, ignore_index=True) if rejects else pd.DataFrame(columns=list(REJECT_COLUMNS))
-    write_rejects(table, rejects_csv)
-    return ShardResult(n_input, width or 0, table)
+        table = _concat_rejects(rejects)
+        write_rejects(table, rejects_csv)
+        if shards == 1:
+            check_reject_fraction(n_input, table, cfg.max_reject_fraction, str(input_csv))
+    return ShardResult(n_input, table)
 
 
 def gather_features(
@@ -297,8 +306,7 @@ def gather_features(
 
     Streams the arrays: memory is one block, however large the shards. Returns (molecules, rejects).
     """
-    rejects = [pd.read_csv(p, dtype={"smiles": str}, keep_default_na=False) for p in shard_rejects]
-    table = pd.concat(rejects, ignore_index=True) if rejects else pd.DataFrame(columns=list(REJECT_COLUMNS))
+    table = _concat_rejects([pd.read_csv(p, dtype={"smiles": str}, keep_default_na=False) for p in shard_rejects])
     widths = set()
     n_valid = 0
     with NpzWriter(output) as writer:
