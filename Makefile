@@ -31,9 +31,9 @@ test-fast: setup
 	$(BIN)/python -m pytest -m "not slurm and not slow"
 
 lint: setup
-	$(BIN)/ruff check src tests
-	$(BIN)/ruff format --check src tests
-	$(BIN)/mypy src
+	$(BIN)/ruff check src tests scripts examples
+	$(BIN)/ruff format --check src tests examples
+	$(BIN)/mypy src examples/esol/src
 	$(SNAKEMAKE) --lint
 
 # Job DAG and rule graph as SVG (graphviz installed if missing).

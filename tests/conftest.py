@@ -8,6 +8,8 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
+# The benchmark scripts' helpers (benchlib: RDKit's shipped SMILES, synthetic splits) serve tests too.
+sys.path.insert(0, str(REPO / "scripts"))
 SCHEMA = REPO / "workflow" / "schemas" / "config.schema.yaml"
 SNAKEMAKE = [sys.executable, "-m", "snakemake"]
 

@@ -14,11 +14,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from snakedvc.checkpoint import EXIT_CHECKPOINTED, CheckpointStore, run_key
-from snakedvc.config import FeaturiseConfig, SplitConfig, TrainConfig
-from snakedvc.data import read_molecules, split_molecules
-from snakedvc.features import FeatureSet, featurise_table, save_features
-from snakedvc.train import TrainingStopped, train_model
+from esol.config import FeaturiseConfig, SplitConfig, TrainConfig
+from esol.data import read_molecules, split_molecules
+from esol.features import FeatureSet, featurise_table, save_features
+from esol.train import TrainingStopped, train_model
+from snakedvc.torch.checkpoint import EXIT_CHECKPOINTED, CheckpointStore, run_key
 from tests.conftest import REPO, venv_env
 
 CFG = TrainConfig(hidden_sizes=(64, 16), max_epochs=6, patience=100, batch_size=32, seed=3, checkpoint_every=1)
@@ -68,7 +68,7 @@ def test_stop_and_resume_is_bitwise_identical(data, uninterrupted, tmp_path: Pat
     with pytest.raises(TrainingStopped) as stopped:
         train_model(data["train"], data["valid"], CFG, store=store, stop=StopAfter(kill_step))
     assert stopped.value.checkpoint is not None and stopped.value.checkpoint.exists()
-    with caplog.at_level(logging.INFO, logger="snakedvc.train"):
+    with caplog.at_level(logging.INFO, logger="esol.train"):
         resumed = train_model(data["train"], data["valid"], CFG, store=store)
     assert f"resumed from epoch {kill_step // STEPS_PER_EPOCH + 1} step {kill_step % STEPS_PER_EPOCH}" in caplog.text
     assert_identical(uninterrupted, resumed)
@@ -79,7 +79,7 @@ def test_kill_without_warning_resumes_from_last_periodic_checkpoint(data, uninte
     with pytest.raises(TrainingStopped):
         train_model(data["train"], data["valid"], CFG, store=store, stop=StopAfter(3 * STEPS_PER_EPOCH + 4))
     store.latest_path().unlink()  # SIGKILL gives no chance to write the stop checkpoint
-    with caplog.at_level(logging.INFO, logger="snakedvc.train"):
+    with caplog.at_level(logging.INFO, logger="esol.train"):
         resumed = train_model(data["train"], data["valid"], CFG, store=store)
     assert "resumed from epoch 4 step 0" in caplog.text
     assert_identical(uninterrupted, resumed)
@@ -140,7 +140,7 @@ def test_sigterm_to_two_torchrun_processes_then_resume(data, tmp_path: Path) -> 
     def command(out: Path) -> list[str]:
         return [
             sys.executable, "-m", "snakedvc", "launch", "--log", str(out / "train.log"), "--procs-per-node", "2",
-            "--", "--params", json.dumps(params), "--train", str(paths["train"]), "--valid", str(paths["valid"]),
+            "--", "python", "-m", "esol", "train", "--params", json.dumps(params), "--train", str(paths["train"]), "--valid", str(paths["valid"]),
             "--model", str(out / "model.pt"), "--history", str(out / "history.csv"),
             "--checkpoint-dir", str(out / "ckpt"),
         ]  # fmt: skip

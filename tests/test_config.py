@@ -5,7 +5,8 @@ import copy
 import pytest
 import yaml
 
-from snakedvc.config import ConfigError, TrainConfig, load_config, load_schema, section, validate_config
+from esol.config import TrainConfig, section
+from snakedvc.config import ConfigError, load_config, load_schema, validate_config
 from tests.conftest import REPO, SCHEMA, run_snakemake
 
 
@@ -68,8 +69,10 @@ def test_wrong_type_or_value_is_named(schema: dict, config: dict, key: str) -> N
 
 
 def test_fractions_must_sum_to_one(schema: dict) -> None:
+    from esol.config import check_config
+
     with pytest.raises(ConfigError, match="split.fractions"):
-        validate_config({"split": {"fractions": [0.5, 0.2, 0.2]}}, schema)
+        check_config(validate_config({"split": {"fractions": [0.5, 0.2, 0.2]}}, schema))
 
 
 def test_validation_does_not_mutate_input(schema: dict) -> None:

@@ -6,8 +6,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from snakedvc.config import SplitConfig
-from snakedvc.data import DataError, read_molecules, scaffold_key, split_molecules
+from esol.config import SplitConfig
+from esol.data import DataError, read_molecules, scaffold_key, split_molecules
 from tests.conftest import REPO
 
 ESOL = REPO / "data" / "raw" / "esol.csv"
@@ -83,7 +83,7 @@ def test_scaffold_of_benzene_derivatives_is_benzene() -> None:
 
 
 def test_split_file_round_trip(tmp_path: Path, esol: pd.DataFrame) -> None:
-    from snakedvc.data import read_split, write_split
+    from esol.data import read_split, write_split
 
     part = split_molecules(esol, SplitConfig())["valid"]
     write_split(part, tmp_path / "valid.csv")

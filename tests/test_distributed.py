@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from snakedvc.config import FeaturiseConfig, SplitConfig
-from snakedvc.data import read_molecules, split_molecules
-from snakedvc.distributed import detect
-from snakedvc.features import featurise_table, save_features
+from esol.config import FeaturiseConfig, SplitConfig
+from esol.data import read_molecules, split_molecules
+from esol.features import featurise_table, save_features
+from snakedvc.torch.distributed import detect
 from tests.conftest import REPO, venv_env
 
 # Few epochs: float32 summation order differs between one GEMM over the global batch and
@@ -47,6 +47,7 @@ def train_args(features: dict[str, Path], out: Path) -> list[str]:
 def launch(features: dict[str, Path], out: Path, procs: int) -> str:
     log = out / "train.log"
     cmd = [sys.executable, "-m", "snakedvc", "launch", "--log", str(log), "--procs-per-node", str(procs), "--"]
+    cmd += ["python", "-m", "esol", "train"]
     subprocess.run([*cmd, *train_args(features, out)], check=True, env=venv_env(), timeout=600)
     return log.read_text()
 
@@ -110,7 +111,7 @@ def test_two_torchrun_agents_as_two_nodes(features, tmp_path: Path) -> None:
                 f"--rdzv-endpoint=127.0.0.1:{port}",
                 "--rdzv-id=snakedvc-test",
                 "-m",
-                "snakedvc",
+                "esol",
                 "train",
                 *train_args(features, nodes),
             ],

@@ -6,7 +6,7 @@ import math
 import numpy as np
 import pytest
 
-from snakedvc.evaluate import regression_metrics, write_metrics
+from esol.evaluate import regression_metrics, write_metrics
 
 
 def test_metrics_match_hand_computed_values() -> None:

@@ -6,8 +6,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from snakedvc.config import FeaturiseConfig
-from snakedvc.features import (
+from esol.config import FeaturiseConfig
+from esol.features import (
     TooManyRejectsError,
     apply_scaling,
     check_reject_fraction,
@@ -110,7 +110,7 @@ def test_features_round_trip_and_bytes_are_reproducible(tmp_path: Path) -> None:
 def test_featurise_cli_fails_cleanly_on_too_many_rejects(tmp_path: Path) -> None:
     import json
 
-    from snakedvc.cli import main
+    from esol.cli import main
 
     split = tmp_path / "train.csv"
     table(["CCO", "C1CC", "XYZ"]).to_csv(split, index=False)

@@ -1,4 +1,4 @@
-"""Generated training command lines, compared against reference files (tests/reference/launch/)."""
+"""Generated launch command lines, compared against reference files (tests/reference/launch/)."""
 
 from __future__ import annotations
 
@@ -7,11 +7,12 @@ import shlex
 
 import pytest
 
-from snakedvc.launch import Layout, rdzv_port, train_command
+from snakedvc.launch import Layout, launch_command, rdzv_port
 from tests.conftest import REPO
 
 REFERENCES = REPO / "tests" / "reference" / "launch"
-TRAIN_ARGS = ["--params", '{"lr": 0.001}', "--train", "results/features/train.npz", "--model", "my model.pt"]
+# Any command a user writes after `snakedvc launch --`: here their own script with awkward arguments.
+COMMAND = ["python", "train.py", "--params", '{"lr": 0.001}', "--data", "data/train.npz", "--model", "my model.pt"]
 
 CASES = {
     "one_process": dict(layout=Layout()),
@@ -24,9 +25,9 @@ CASES = {
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_command_matches_reference(name: str) -> None:
     case = CASES[name]
-    command = train_command(
+    command = launch_command(
         case["layout"],
-        TRAIN_ARGS,
+        COMMAND,
         python="python",
         slurm_job_id=case.get("slurm_job_id"),
         first_host=case.get("first_host"),
@@ -38,16 +39,30 @@ def test_command_matches_reference(name: str) -> None:
     assert text == reference.read_text(), f"{name}: generated command differs from {reference}"
 
 
+@pytest.mark.parametrize(
+    "command", [["python", "-m", "mypkg.train", "--epochs", "3"], ["./train.sh", "x"], ["trainer"]]
+)
+def test_any_command_runs_unchanged_under_torchrun(command: list[str]) -> None:
+    assert launch_command(Layout(), command) == command
+    wrapped = launch_command(Layout(procs_per_node=2), command)
+    assert wrapped[wrapped.index("--no-python") + 1 :] == command
+
+
 def test_arguments_stay_single_words() -> None:
-    hostile = ["--model", "x; touch /tmp/pwned", "--params", "$(reboot)"]
-    command = train_command(Layout(procs_per_node=2), hostile)
-    assert command[-4:] == hostile
+    hostile = ["python", "train.py", "--model", "x; touch /tmp/pwned", "--params", "$(reboot)"]
+    command = launch_command(Layout(procs_per_node=2), hostile)
+    assert command[-len(hostile) :] == hostile
     assert shlex.split(shlex.join(command)) == command
+
+
+def test_nothing_to_launch_is_an_error() -> None:
+    with pytest.raises(ValueError, match="after `--`"):
+        launch_command(Layout(), [])
 
 
 def test_multi_node_needs_slurm_allocation() -> None:
     with pytest.raises(ValueError, match="SLURM"):
-        train_command(Layout(nodes=2), TRAIN_ARGS)
+        launch_command(Layout(nodes=2), COMMAND)
 
 
 def test_rendezvous_port_depends_on_job_and_stays_in_range() -> None:

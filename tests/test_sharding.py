@@ -7,11 +7,11 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from benchlib import rdkit_smiles
 
-from snakedvc.arrays import NpzWriter, iter_array_chunks, load_arrays, save_arrays
-from snakedvc.bench import rdkit_smiles
-from snakedvc.config import FeaturiseConfig
-from snakedvc.features import (
+from esol.arrays import NpzWriter, iter_array_chunks, load_arrays, save_arrays
+from esol.config import FeaturiseConfig
+from esol.features import (
     TooManyRejectsError,
     featurise_chunk,
     featurise_file,

@@ -13,12 +13,12 @@ def _run(*args: str) -> subprocess.CompletedProcess[str]:
 
 
 def test_ruff_lint_and_format() -> None:
-    lint = _run("ruff", "check", "src", "tests", "scripts")
+    lint = _run("ruff", "check", "src", "tests", "scripts", "examples")
     assert lint.returncode == 0, lint.stdout
-    fmt = _run("ruff", "format", "--check", "src", "tests")
+    fmt = _run("ruff", "format", "--check", "src", "tests", "examples")
     assert fmt.returncode == 0, fmt.stdout
 
 
 def test_mypy_on_package() -> None:
-    proc = _run("mypy", "src")
+    proc = _run("mypy", "src", "examples/esol/src")
     assert proc.returncode == 0, proc.stdout

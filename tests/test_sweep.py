@@ -7,10 +7,11 @@ import copy
 import pytest
 import torch
 
-from snakedvc.checkpoint import load_state, save_state
-from snakedvc.config import ConfigError, TrainConfig, load_schema, validate_config
+from esol.config import TrainConfig
+from esol.train import train_model
+from snakedvc.config import ConfigError, load_schema, validate_config
 from snakedvc.sweep import Rung, SweepPlan, build_trials, expand_space, promote, schedule, total_epochs
-from snakedvc.train import train_model
+from snakedvc.torch.checkpoint import load_state, save_state
 from tests.conftest import SCHEMA
 from tests.test_train import esol_features  # noqa: F401 - fixture
 

@@ -6,12 +6,12 @@ import numpy as np
 import pytest
 import torch
 
-from snakedvc.config import FeaturiseConfig, SplitConfig, TrainConfig
-from snakedvc.data import read_molecules, split_molecules
-from snakedvc.evaluate import predict, regression_metrics
-from snakedvc.features import FeatureSet, featurise_table
-from snakedvc.model import load_model
-from snakedvc.train import epoch_order, save_result, train_model
+from esol.config import FeaturiseConfig, SplitConfig, TrainConfig
+from esol.data import read_molecules, split_molecules
+from esol.evaluate import predict, regression_metrics
+from esol.features import FeatureSet, featurise_table
+from esol.model import load_model
+from esol.train import epoch_order, save_result, train_model
 from tests.conftest import REPO
 
 SMALL = TrainConfig(hidden_sizes=(64,), max_epochs=8, patience=100, batch_size=32, seed=7)
@@ -76,7 +76,7 @@ def test_epoch_order_is_a_pure_function() -> None:
 
 
 def test_divergence_is_a_clear_error(esol_features) -> None:
-    from snakedvc.train import TrainingDivergedError
+    from esol.train import TrainingDivergedError
 
     with pytest.raises(TrainingDivergedError, match="train.lr"):
         train_model(esol_features["train"], esol_features["valid"], TrainConfig(hidden_sizes=(32,), lr=1e30))

@@ -1,4 +1,4 @@
-"""One entry point, `python -m snakedvc <step>`, that the workflow's rules call.
+"""`snakedvc <command>`: what a workflow's rules and a user call.
 
 Each step takes its slice of the validated config as JSON (`--params`), its
 inputs and outputs as paths, and `--log`: stderr and logging go there first
@@ -49,122 +49,11 @@ def _params(args: argparse.Namespace) -> dict[str, Any]:
     return value
 
 
-def cmd_split(args: argparse.Namespace) -> None:
-    from snakedvc.config import SplitConfig, section
-    from snakedvc.data import read_molecules, split_molecules, write_split
-
-    params = _params(args)
-    data = params["data"]
-    table = read_molecules(args.input, data["smiles_column"], data["target_column"], data.get("limit", 0))
-    parts = split_molecules(table, section(SplitConfig, params["split"]))
-    for name, path in zip(("train", "valid", "test"), (args.train, args.valid, args.test), strict=True):
-        write_split(parts[name], path)
-        log.info("%s: %d molecules -> %s", name, len(parts[name]), path)
-
-
-def cmd_featurise(args: argparse.Namespace) -> None:
-    from snakedvc.config import FeaturiseConfig, section
-    from snakedvc.features import featurise_file, uses_fast_path
-
-    cfg = section(FeaturiseConfig, _params(args))
-    if not 0 <= args.shard < args.shards:
-        raise UserError(f"--shard {args.shard} is not in 0..{args.shards - 1} (--shards {args.shards})")
-    result = featurise_file(args.input, args.output, args.rejects, cfg, args.shard, args.shards, cfg.chunk_size)
-    where = str(args.input) if args.shards == 1 else f"{args.input} shard {args.shard + 1} of {args.shards}"
-    engine = "RDKit MorganGenerator" if uses_fast_path(cfg) else "molflux"
-    n_valid = result.n_input - len(result.rejects)
-    log.info(
-        "featurised %d of %d molecules (%s via %s) from %s -> %s",
-        n_valid,
-        result.n_input,
-        cfg.representation,
-        engine,
-        where,
-        args.output,
-    )
-
-
-def cmd_gather_features(args: argparse.Namespace) -> None:
-    from snakedvc.config import FeaturiseConfig, section
-    from snakedvc.features import gather_features
-
-    cfg = section(FeaturiseConfig, _params(args))
-    if len(args.features) != len(args.shard_rejects):
-        raise UserError(f"{len(args.features)} feature shards but {len(args.shard_rejects)} reject files")
-    n_valid, rejects = gather_features(args.features, args.shard_rejects, args.output, args.rejects, cfg, args.where)
-    log.info(
-        "gathered %d shards: %d molecules, %d rejected -> %s", len(args.features), n_valid, len(rejects), args.output
-    )
-
-
-def cmd_train(args: argparse.Namespace) -> None:
-    from snakedvc.checkpoint import CheckpointStore, StopRequest, load_state, run_key, save_state
-    from snakedvc.config import TrainConfig, section
-    from snakedvc.data import DataError
-    from snakedvc.distributed import session
-    from snakedvc.features import load_features
-    from snakedvc.sweep import write_trial_result
-    from snakedvc.train import TrainingDivergedError, save_result, train_model
-
-    params = _params(args)
-    cfg = section(TrainConfig, params)
-    inputs = [args.train, args.valid, *([args.resume_from] if args.resume_from else [])]
-    # Keyed by what determines the result: another config or other features never resume from it.
-    store = CheckpointStore(args.checkpoint_dir, run_key(params, inputs), keep=cfg.checkpoint_keep)
-    stop = StopRequest()
-    initial = load_state(args.resume_from) if args.resume_from else None
-    with session() as ctx:
-        try:
-            result = train_model(load_features(args.train), load_features(args.valid), cfg, ctx, store, stop, initial)
-        except (TrainingDivergedError, DataError, ValueError) as error:
-            # A sweep trial's own failure is its result: reported and excluded, the sweep goes on.
-            if not args.result:
-                raise
-            if ctx.is_main:
-                log.error("trial failed: %s", error)
-                write_trial_result(args.result, status="failed", error=str(error))
-            return
-        if not ctx.is_main:
-            return
-        save_result(result, args.model, args.history)
-        log.info("best epoch %d; model -> %s", result.best_epoch, args.model)
-        if args.state_out:
-            save_state(result.final_state, args.state_out)
-        if args.result:
-            write_trial_result(
-                args.result,
-                status="ok",
-                history=result.history,
-                epochs_trained=result.epochs_trained,
-                resumed_from=args.resume_from,
-            )
-        if not cfg.keep_checkpoints:
-            store.remove_all()
-
-
 def cmd_launch(args: argparse.Namespace) -> None:
-    from snakedvc.launch import Layout, run_training
+    from snakedvc.launch import Layout, run
 
-    train_args = [a for a in args.train_args if a != "--"]
-    run_training(Layout(nodes=args.nodes, procs_per_node=args.procs_per_node), train_args)
-
-
-def cmd_evaluate(args: argparse.Namespace) -> None:
-    import shutil
-
-    from snakedvc.evaluate import parity_plot, predict, regression_metrics, write_metrics, write_predictions
-    from snakedvc.features import load_features
-    from snakedvc.model import load_model
-
-    model, meta = load_model(args.model)
-    test = load_features(args.test)
-    y_pred = predict(model, meta, test.X)
-    metrics = regression_metrics(test.y, y_pred)
-    write_metrics(metrics, args.metrics)
-    write_predictions(test, y_pred, args.predictions)
-    parity_plot(test.y, y_pred, metrics, args.parity)
-    shutil.copyfile(args.history, args.loss_curve)
-    log.info("test RMSE %.4f MAE %.4f R2 %.4f (n=%d)", metrics["rmse"], metrics["mae"], metrics["r2"], metrics["n"])
+    command = args.command_args[1:] if args.command_args[:1] == ["--"] else args.command_args
+    run(Layout(nodes=args.nodes, procs_per_node=args.procs_per_node), command)
 
 
 def cmd_sweep_promote(args: argparse.Namespace) -> None:
@@ -217,21 +106,6 @@ def cmd_sweep_report(args: argparse.Namespace) -> None:
     print(text)
 
 
-def cmd_summary(args: argparse.Namespace) -> None:
-    print_summary(args.metrics)
-
-
-def print_summary(metrics_path: str | Path) -> None:
-    path = Path(metrics_path)
-    if not path.is_file():
-        return
-    metrics = json.loads(path.read_text())
-    print(
-        f"snakedvc: test RMSE {metrics['rmse']:.3f}  MAE {metrics['mae']:.3f}  "
-        f"R² {metrics['r2']:.3f}  (n={metrics['n']}, {path})"
-    )
-
-
 def cmd_track(args: argparse.Namespace) -> None:
     from snakedvc.tracking import track
 
@@ -239,26 +113,11 @@ def cmd_track(args: argparse.Namespace) -> None:
     log.info("recorded in DVC: %s", " ".join(args.paths))
 
 
-def cmd_exp_save(args: argparse.Namespace) -> None:
-    from snakedvc.config import load_config
-    from snakedvc.tracking import save_experiment
-
-    config = load_config(args.config, args.schema)
-    print(save_experiment(config, name=args.name, message=args.message, push=args.push))
-
-
 def cmd_restore(args: argparse.Namespace) -> None:
     from snakedvc.tracking import restore
 
     restore(args.name)
     print(f"restored {args.name}; `snakemake -n` now plans only what differs from it")
-
-
-def cmd_check_config(args: argparse.Namespace) -> None:
-    from snakedvc.config import load_config
-
-    load_config(args.config, args.schema)
-    print(f"{args.config}: valid")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -272,57 +131,10 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--log", help="file that receives stderr and log lines")
         return p
 
-    p = step("split", cmd_split, "split the raw table into train/valid/test")
-    p.add_argument("--params", required=True, help="JSON with the data and split config sections")
-    p.add_argument("--input", required=True)
-    p.add_argument("--train", required=True)
-    p.add_argument("--valid", required=True)
-    p.add_argument("--test", required=True)
-
-    p = step("featurise", cmd_featurise, "featurise one split; invalid SMILES go to a rejects file")
-    p.add_argument("--params", required=True, help="JSON of the featurise config section")
-    p.add_argument("--input", required=True)
-    p.add_argument("--output", required=True)
-    p.add_argument("--rejects", required=True)
-    p.add_argument("--shard", type=int, default=0, help="which block of rows (0-based)")
-    p.add_argument("--shards", type=int, default=1, help="how many blocks the split is cut into")
-
-    p = step("gather-features", cmd_gather_features, "concatenate feature shards in order; check rejects")
-    p.add_argument("--params", required=True, help="JSON of the featurise config section")
-    p.add_argument("--where", required=True, help="what the shards are of (named in errors)")
-    p.add_argument("--features", nargs="+", required=True, help="the shards' features files, in order")
-    p.add_argument("--shard-rejects", nargs="+", required=True, help="the shards' rejects files, in order")
-    p.add_argument("--output", required=True)
-    p.add_argument("--rejects", required=True)
-
-    p = step("train", cmd_train, "train the MLP")
-    p.add_argument("--params", required=True, help="JSON of the train config section")
-    p.add_argument("--train", required=True)
-    p.add_argument("--valid", required=True)
-    p.add_argument("--model", required=True)
-    p.add_argument("--history", required=True)
-    p.add_argument("--checkpoint-dir", default=".checkpoints/train", help="where this run's checkpoints live")
-    p.add_argument("--resume-from", help="final state of an earlier, shorter run to continue (a sweep's previous rung)")
-    p.add_argument("--state-out", help="write the final training state here, for a later continuation")
-    p.add_argument(
-        "--result",
-        help="sweep trial mode: write status and validation metrics here as JSON; "
-        "a failed trial writes status 'failed' and exits 0",
-    )
-
-    p = step("launch", cmd_launch, "start `train` on 1 process, N processes (torchrun) or N nodes (srun + torchrun)")
-    p.add_argument("--nodes", type=int, default=1)
-    p.add_argument("--procs-per-node", type=int, default=1)
-    p.add_argument("train_args", nargs=argparse.REMAINDER, help="-- followed by the train subcommand's arguments")
-
-    p = step("evaluate", cmd_evaluate, "test metrics, predictions, parity plot, loss curve")
-    p.add_argument("--model", required=True)
-    p.add_argument("--test", required=True)
-    p.add_argument("--history", required=True)
-    p.add_argument("--metrics", required=True)
-    p.add_argument("--predictions", required=True)
-    p.add_argument("--parity", required=True)
-    p.add_argument("--loss-curve", required=True)
+    p = step("launch", cmd_launch, "run a command on 1 process, N processes (torchrun) or N nodes (srun + torchrun)")
+    p.add_argument("--nodes", type=int, default=1, help="nodes of the SLURM allocation to run on")
+    p.add_argument("--procs-per-node", type=int, default=1, help="processes per node (one per GPU)")
+    p.add_argument("command_args", nargs=argparse.REMAINDER, help="-- then the command, e.g. -- python train.py ...")
 
     p = step("sweep-promote", cmd_sweep_promote, "rank one rung's trials by validation RMSE; keep the best")
     p.add_argument("--rung", type=int, required=True)
@@ -336,55 +148,24 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--final", required=True, help="directory with the best trial's test evaluation")
     p.add_argument("--output", required=True, help="report directory")
 
-    p = step("summary", cmd_summary, "print the test metrics of a finished run")
-    p.add_argument("--metrics", required=True)
-
     p = step("track", cmd_track, "dvc add finished outputs (serialised; submit host only)")
     p.add_argument("paths", nargs="+")
-
-    p = step("exp-save", cmd_exp_save, "dvc exp save the workspace with a config's params")
-    p.add_argument("--config", default="params.yaml")
-    p.add_argument("--schema", default="workflow/schemas/config.schema.yaml")
-    p.add_argument("--name", default="")
-    p.add_argument("--message", default="")
-    p.add_argument("--push", action="store_true")
 
     p = step("restore", cmd_restore, "dvc exp apply NAME and mark its outputs up to date for Snakemake")
     p.add_argument("name")
 
-    p = step("check-config", cmd_check_config, "validate a config file against the schema")
-    p.add_argument("config")
-    p.add_argument("--schema", default="workflow/schemas/config.schema.yaml")
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     from snakedvc.config import ConfigError
-    from snakedvc.data import DataError
-    from snakedvc.errors import EXIT_CHECKPOINTED, TrainingDivergedError, TrainingStopped
-    from snakedvc.features import TooManyRejectsError
     from snakedvc.tracking import TrackingError
 
     args = build_parser().parse_args(argv)
     _setup_logging(getattr(args, "log", None))
     try:
         args.func(args)
-    except TrainingStopped as stopped:
-        log.error("%s", stopped)
-        # Also on stdout, which is the SLURM job log that the plugin keeps for failed jobs:
-        # Snakemake starts the rule's own log afresh when it retries the job.
-        print(f"snakedvc {args.command}: {stopped}", flush=True)
-        return EXIT_CHECKPOINTED
-    except (
-        UserError,
-        ConfigError,
-        DataError,
-        FileNotFoundError,
-        TooManyRejectsError,
-        TrackingError,
-        TrainingDivergedError,
-        ValueError,
-    ) as error:
+    except (UserError, ConfigError, FileNotFoundError, TrackingError, ValueError) as error:
         log.error("%s", error)
         print(f"snakedvc {args.command}: error: {error}", file=sys.stderr)
         return 1

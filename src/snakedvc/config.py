@@ -1,15 +1,14 @@
-"""Config validation against the workflow's JSON schema, and a typed view of it.
+"""Config validation against a JSON schema (2020-12, written in YAML).
 
-The schema (workflow/schemas/config.schema.yaml) is the single source of truth
-for keys, types and defaults; this module fills defaults, validates, and turns
-the first error into a message that names the offending key.
+The schema is the single source of truth for keys, types and defaults: this
+module fills defaults, turns `snakemake --config` strings into the types the
+schema asks for, validates, and turns the first error into a message that
+names the offending key.
 """
 
 from __future__ import annotations
 
 import copy
-import math
-from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
@@ -101,9 +100,6 @@ def validate_config(config: dict[str, Any], schema: dict[str, Any]) -> dict[str,
     errors = sorted(validator.iter_errors(filled), key=lambda e: list(e.absolute_path))
     if errors:
         raise ConfigError(_message(errors[0]))
-    fractions = filled["split"]["fractions"]
-    if not math.isclose(sum(fractions), 1.0, abs_tol=1e-6):
-        raise ConfigError(f"config key 'split.fractions': {fractions} sums to {sum(fractions):g}, not 1")
     return filled
 
 
@@ -111,47 +107,3 @@ def load_config(path: str | Path, schema_path: str | Path) -> dict[str, Any]:
     with open(path) as handle:
         raw = yaml.safe_load(handle) or {}
     return validate_config(raw, load_schema(schema_path))
-
-
-@dataclass(frozen=True)
-class SplitConfig:
-    method: str = "random"
-    fractions: tuple[float, float, float] = (0.8, 0.1, 0.1)
-    seed: int = 0
-
-
-@dataclass(frozen=True)
-class FeaturiseConfig:
-    representation: str = "morgan"
-    radius: int = 2
-    n_bits: int = 2048
-    max_reject_fraction: float = 0.01
-    engine: str = "auto"
-    shards: int = 1
-    chunk_size: int = 10_000
-
-
-@dataclass(frozen=True)
-class TrainConfig:
-    hidden_sizes: tuple[int, ...] = (512, 128)
-    dropout: float = 0.1
-    lr: float = 1e-3
-    weight_decay: float = 1e-4
-    batch_size: int = 64
-    max_epochs: int = 100
-    patience: int = 15
-    seed: int = 0
-    torch_threads: int = 1
-    checkpoint_every: int = 5
-    checkpoint_keep: int = 2
-    keep_checkpoints: bool = False
-
-
-def section(cls: type, values: dict[str, Any]) -> Any:
-    """Build a config dataclass from a validated section, ignoring nothing silently."""
-    names = {f.name for f in fields(cls)}
-    unknown = set(values) - names
-    if unknown:
-        raise ConfigError(f"unknown {cls.__name__} key(s): {', '.join(sorted(unknown))}")
-    converted = {k: tuple(v) if isinstance(v, list) else v for k, v in values.items()}
-    return cls(**converted)

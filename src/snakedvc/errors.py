@@ -1,5 +1,5 @@
-"""Training's exceptions and exit status, importable without torch: `snakedvc main` catches them
-for every subcommand, and a featurise or split job should not pay torch's import (≈1 s, ≈300 MB)."""
+"""The resume helpers' exception and exit status, importable without torch (a CLI can catch them
+for every subcommand without paying torch's import, ≈1 s and ≈300 MB)."""
 
 from __future__ import annotations
 
@@ -8,10 +8,6 @@ from pathlib import Path
 # Exit status of a trainer that checkpointed and stopped on request (EX_TEMPFAIL):
 # non-zero, so Snakemake retries the job, which resumes.
 EXIT_CHECKPOINTED = 75
-
-
-class TrainingDivergedError(RuntimeError):
-    """The loss became NaN or infinite."""
 
 
 class TrainingStopped(RuntimeError):

@@ -1,8 +1,12 @@
-"""Command lines that start training on 1 process, N local processes, N GPUs, or N nodes.
+"""`snakedvc launch -- COMMAND`: run the user's own command on 1 process, N local processes
+(N GPUs), or N nodes.
 
-Built as argument lists by pure functions (compared against reference files in
-tests); `run_training` fills in what only the running job knows (SLURM job id,
-first host of the allocation) and replaces itself with the command.
+1 process runs COMMAND as it is; N processes on one node wrap it in torchrun; K nodes wrap
+that in `srun --ntasks-per-node=1`, one torchrun agent per node meeting by c10d rendezvous on
+the allocation's first host. torchrun starts COMMAND itself (`--no-python`), so any command
+works: `python train.py ...`, `python -m pkg ...`, a console script. Command lines are argument
+lists built by pure functions (compared against reference files in tests); `run` fills in what
+only the running job knows (SLURM job id, first host) and replaces itself with the command.
 """
 
 from __future__ import annotations
@@ -36,20 +40,28 @@ def rdzv_port(job_id: str) -> int:
     return RDZV_PORT_BASE + int(job_id) % RDZV_PORT_SPAN
 
 
-def train_command(
+def launch_command(
     layout: Layout,
-    train_args: Sequence[str],
+    command: Sequence[str],
     python: str = "python",
     slurm_job_id: str | None = None,
     first_host: str | None = None,
 ) -> list[str]:
-    """The argv that runs `snakedvc train` with this layout."""
-    module = ["-m", "snakedvc", "train", *train_args]
+    """The argv that runs ``command`` with this layout (``python``: the interpreter that runs torchrun)."""
+    if not command:
+        raise ValueError("nothing to launch: give the command after `--`")
     if layout.world_size == 1:
-        return [python, *module]
+        return list(command)
     torchrun = [python, "-m", "torch.distributed.run"]
     if layout.nodes == 1:
-        return [*torchrun, "--standalone", "--nnodes=1", f"--nproc-per-node={layout.procs_per_node}", *module]
+        return [
+            *torchrun,
+            "--standalone",
+            "--nnodes=1",
+            f"--nproc-per-node={layout.procs_per_node}",
+            "--no-python",
+            *command,
+        ]
     if not (slurm_job_id and first_host):
         raise ValueError("multi-node training runs inside a SLURM allocation (SLURM_JOB_ID and its node list)")
     return [
@@ -63,7 +75,8 @@ def train_command(
         "--rdzv-backend=c10d",
         f"--rdzv-endpoint={first_host}:{rdzv_port(slurm_job_id)}",
         f"--rdzv-id={slurm_job_id}",
-        *module,
+        "--no-python",
+        *command,
     ]
 
 
@@ -73,11 +86,11 @@ def first_host_of_allocation(env: Mapping[str, str]) -> str:
     return out.stdout.split()[0]
 
 
-def run_training(layout: Layout, train_args: Sequence[str]) -> None:
-    """Replace this process with the training command (the trainer stays Snakemake's child)."""
+def run(layout: Layout, command: Sequence[str]) -> None:
+    """Replace this process with the launch command (so it stays Snakemake's direct child)."""
     env = os.environ
     job_id = env.get("SLURM_JOB_ID") if layout.nodes > 1 else None
     host = first_host_of_allocation(env) if job_id else None
-    argv = train_command(layout, train_args, python=sys.executable, slurm_job_id=job_id, first_host=host)
+    argv = launch_command(layout, command, python=sys.executable, slurm_job_id=job_id, first_host=host)
     sys.stderr.flush()
     os.execvp(argv[0], argv)

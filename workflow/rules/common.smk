@@ -5,8 +5,9 @@ from pathlib import Path
 
 from snakemake.exceptions import WorkflowError
 
+from esol.cli import print_summary
+from esol.config import check_config
 from snakedvc.config import ConfigError, load_schema, validate_config
-from snakedvc.cli import print_summary
 from snakedvc.env import use_this_interpreter
 from snakedvc.sweep import SweepPlan
 from snakedvc.tracking import finish_run, finish_sweep, is_dvc_repo
@@ -14,6 +15,7 @@ from snakedvc.tracking import finish_run, finish_sweep, is_dvc_repo
 _schema = load_schema(Path(workflow.basedir) / "schemas" / "config.schema.yaml")
 try:
     _validated = validate_config(config, _schema)
+    check_config(_validated)
     # The sweep's trials and rungs, fixed before any job runs (promotion is decided at run time).
     SWEEP = SweepPlan.from_config(_validated, _schema) if _validated["sweep"]["enabled"] else None
 except ConfigError as error:

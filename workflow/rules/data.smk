@@ -18,5 +18,5 @@ rule split:
     conda:
         "../../environment.yml"
     shell:
-        "python -m snakedvc split --log {log:q} --params {params.cfg:q} --input {input.data:q}"
+        "python -m esol split --log {log:q} --params {params.cfg:q} --input {input.data:q}"
         " --train {output.train:q} --valid {output.valid:q} --test {output.test:q}"

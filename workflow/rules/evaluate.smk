@@ -19,7 +19,7 @@ rule evaluate:
     conda:
         "../../environment.yml"
     shell:
-        "python -m snakedvc evaluate --log {log:q} --model {input.model:q} --test {input.test:q}"
+        "python -m esol evaluate --log {log:q} --model {input.model:q} --test {input.test:q}"
         " --history {input.history:q} --metrics {output.metrics:q}"
         " --predictions {output.predictions:q} --parity {output.parity:q}"
         " --loss-curve {output.loss_curve:q}"

@@ -25,7 +25,7 @@ rule featurise:
     conda:
         "../../environment.yml"
     shell:
-        "python -m snakedvc featurise --log {log:q} --params {params.cfg:q} --input {input.split:q}"
+        "python -m esol featurise --log {log:q} --params {params.cfg:q} --input {input.split:q}"
         " --shard {params.shard} --shards {params.shards}"
         " --output {output.features:q} --rejects {output.rejects:q}"
 
@@ -50,7 +50,7 @@ if config["featurise"]["shards"] > 1:
         conda:
             "../../environment.yml"
         shell:
-            "python -m snakedvc gather-features --log {log:q} --params {params.cfg:q}"
+            "python -m esol gather-features --log {log:q} --params {params.cfg:q}"
             " --where results/split/{wildcards.split}.csv"
             " --features {input.features:q} --shard-rejects {input.rejects:q}"
             " --output {output.features:q} --rejects {output.rejects:q}"

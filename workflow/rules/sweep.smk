@@ -23,7 +23,7 @@ rule sweep_featurise:
     conda:
         "../../environment.yml"
     shell:
-        "python -m snakedvc featurise --log {log:q} --params {params.cfg:q} --input {input.split:q}"
+        "python -m esol featurise --log {log:q} --params {params.cfg:q} --input {input.split:q}"
         " --output {output.features:q} --rejects {output.rejects:q}"
 
 
@@ -56,8 +56,8 @@ rule sweep_train:
         "../../environment.yml"
     # `exec` for the same reason as in train.smk: SIGTERM must reach the trainer.
     shell:
-        "mkdir -p {output:q} && exec python -m snakedvc launch --log {log:q} --nodes {params.nodes}"
-        " --procs-per-node {params.procs} -- --params {params.cfg:q} --train {input.train:q}"
+        "mkdir -p {output:q} && exec snakedvc launch --log {log:q} --nodes {params.nodes}"
+        " --procs-per-node {params.procs} -- python -m esol train --params {params.cfg:q} --train {input.train:q}"
         " --valid {input.valid:q} {params.resume} --model {output:q}/model.pt"
         " --history {output:q}/history.csv --state-out {output:q}/state.pt --result {output:q}/result.json"
 
@@ -101,7 +101,7 @@ rule sweep_evaluate:
     conda:
         "../../environment.yml"
     shell:
-        "python -m snakedvc evaluate --log {log:q} --model {input.trial:q}/model.pt --test {input.test:q}"
+        "python -m esol evaluate --log {log:q} --model {input.trial:q}/model.pt --test {input.test:q}"
         " --history {input.trial:q}/history.csv --metrics {output.metrics:q}"
         " --predictions {output.predictions:q} --parity {output.parity:q}"
         " --loss-curve {output.loss_curve:q}"

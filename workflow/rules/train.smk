@@ -25,6 +25,6 @@ rule train:
     # `exec`: the trainer must be Snakemake's direct child, so SLURM's SIGTERM reaches it and
     # Snakemake waits for its checkpoint; a bash in between would die on TERM first.
     shell:
-        "exec python -m snakedvc launch --log {log:q} --nodes {params.nodes} --procs-per-node {params.procs}"
-        " -- --params {params.cfg:q} --train {input.train:q} --valid {input.valid:q}"
+        "exec snakedvc launch --log {log:q} --nodes {params.nodes} --procs-per-node {params.procs}"
+        " -- python -m esol train --params {params.cfg:q} --train {input.train:q} --valid {input.valid:q}"
         " --model {output.model:q} --history {output.history:q}"

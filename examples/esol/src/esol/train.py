@@ -23,14 +23,15 @@ import pandas as pd
 import torch
 from torch import nn
 
-from snakedvc.checkpoint import CheckpointStore, StopRequest, rng_state, set_rng_state
-from snakedvc.config import TrainConfig
-from snakedvc.data import DataError
-from snakedvc.distributed import DistContext, all_sum
-from snakedvc.errors import TrainingDivergedError, TrainingStopped
-from snakedvc.features import FeatureSet, apply_scaling, fit_scaling
+from esol.config import TrainConfig
+from esol.data import DataError
+from esol.errors import TrainingDivergedError
+from esol.features import FeatureSet, apply_scaling, fit_scaling
+from esol.model import MLP, dropout_masks, save_model
+from snakedvc.errors import TrainingStopped
 from snakedvc.io import atomic_path
-from snakedvc.model import MLP, dropout_masks, save_model
+from snakedvc.torch.checkpoint import CheckpointStore, StopRequest, rng_state, set_rng_state
+from snakedvc.torch.distributed import DistContext, all_sum
 
 log = logging.getLogger(__name__)
 

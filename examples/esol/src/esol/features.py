@@ -26,9 +26,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from snakedvc.arrays import NpzWriter, iter_array_chunks, load_arrays, save_arrays
-from snakedvc.config import FeaturiseConfig
-from snakedvc.rdkit_quiet import quiet_rdkit
+from esol.arrays import NpzWriter, iter_array_chunks, load_arrays, save_arrays
+from esol.config import FeaturiseConfig
+from esol.rdkit_quiet import quiet_rdkit
 
 log = logging.getLogger(__name__)
 
@@ -205,7 +205,7 @@ def count_rows(path: str | Path) -> int:
 
 def read_chunks(path: str | Path, start: int, stop: int | None, chunk_size: int) -> Iterator[pd.DataFrame]:
     """Rows [start, stop) of a split CSV (row, smiles, y) as DataFrames of at most ``chunk_size`` rows."""
-    from snakedvc.data import COLUMNS, DataError
+    from esol.data import COLUMNS, DataError
 
     path = Path(path)
     if not path.is_file():

@@ -10,10 +10,10 @@ import numpy as np
 import pandas as pd
 import torch
 
-from snakedvc.data import DataError
-from snakedvc.features import FeatureSet, apply_scaling
+from esol.data import DataError
+from esol.features import FeatureSet, apply_scaling
+from esol.model import MLP
 from snakedvc.io import atomic_path
-from snakedvc.model import MLP
 
 
 def predict(model: MLP, meta: dict[str, object], X: np.ndarray) -> np.ndarray:

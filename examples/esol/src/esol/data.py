@@ -8,8 +8,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from snakedvc.config import SplitConfig
-from snakedvc.rdkit_quiet import quiet_rdkit
+from esol.config import SplitConfig
+from esol.rdkit_quiet import quiet_rdkit
 
 SPLITS = ("train", "valid", "test")
 # Columns of every split file: original row number in the raw CSV, SMILES, target.

@@ -1,0 +1,5 @@
+import sys
+
+from esol.cli import main
+
+sys.exit(main())

@@ -1,0 +1,265 @@
+"""One entry point, `python -m esol <step>`, that the ESOL workflow's rules call.
+
+Each step takes its slice of the validated config as JSON (`--params`), its
+inputs and outputs as paths, and `--log`: stderr and logging go there first
+thing, so a failed rule's log holds the error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+import warnings
+from pathlib import Path
+from typing import Any
+
+from esol import __version__
+
+log = logging.getLogger("esol")
+
+
+class UserError(Exception):
+    """An error caused by input or config, reported without a traceback."""
+
+
+def _setup_logging(log_path: str | None) -> None:
+    if log_path:
+        Path(log_path).parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        os.dup2(fd, 2)
+        os.close(fd)
+        sys.stderr = open(2, "w", buffering=1, closefd=False)  # noqa: SIM115 - lives as long as the process
+    logging.basicConfig(
+        level=logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+        force=True,
+    )
+    warnings.filterwarnings("ignore", message=".*MorganGenerator.*")
+
+
+def _params(args: argparse.Namespace) -> dict[str, Any]:
+    try:
+        value: dict[str, Any] = json.loads(args.params)
+    except json.JSONDecodeError as error:
+        raise UserError(f"--params is not valid JSON: {error}") from error
+    return value
+
+
+def cmd_split(args: argparse.Namespace) -> None:
+    from esol.config import SplitConfig, section
+    from esol.data import read_molecules, split_molecules, write_split
+
+    params = _params(args)
+    data = params["data"]
+    table = read_molecules(args.input, data["smiles_column"], data["target_column"], data.get("limit", 0))
+    parts = split_molecules(table, section(SplitConfig, params["split"]))
+    for name, path in zip(("train", "valid", "test"), (args.train, args.valid, args.test), strict=True):
+        write_split(parts[name], path)
+        log.info("%s: %d molecules -> %s", name, len(parts[name]), path)
+
+
+def cmd_featurise(args: argparse.Namespace) -> None:
+    from esol.config import FeaturiseConfig, section
+    from esol.features import featurise_file, uses_fast_path
+
+    cfg = section(FeaturiseConfig, _params(args))
+    if not 0 <= args.shard < args.shards:
+        raise UserError(f"--shard {args.shard} is not in 0..{args.shards - 1} (--shards {args.shards})")
+    result = featurise_file(args.input, args.output, args.rejects, cfg, args.shard, args.shards, cfg.chunk_size)
+    where = str(args.input) if args.shards == 1 else f"{args.input} shard {args.shard + 1} of {args.shards}"
+    engine = "RDKit MorganGenerator" if uses_fast_path(cfg) else "molflux"
+    n_valid = result.n_input - len(result.rejects)
+    log.info(
+        "featurised %d of %d molecules (%s via %s) from %s -> %s",
+        n_valid,
+        result.n_input,
+        cfg.representation,
+        engine,
+        where,
+        args.output,
+    )
+
+
+def cmd_gather_features(args: argparse.Namespace) -> None:
+    from esol.config import FeaturiseConfig, section
+    from esol.features import gather_features
+
+    cfg = section(FeaturiseConfig, _params(args))
+    if len(args.features) != len(args.shard_rejects):
+        raise UserError(f"{len(args.features)} feature shards but {len(args.shard_rejects)} reject files")
+    n_valid, rejects = gather_features(args.features, args.shard_rejects, args.output, args.rejects, cfg, args.where)
+    log.info(
+        "gathered %d shards: %d molecules, %d rejected -> %s", len(args.features), n_valid, len(rejects), args.output
+    )
+
+
+def cmd_train(args: argparse.Namespace) -> None:
+    from esol.config import TrainConfig, section
+    from esol.data import DataError
+    from esol.errors import TrainingDivergedError
+    from esol.features import load_features
+    from esol.train import save_result, train_model
+    from snakedvc.sweep import write_trial_result
+    from snakedvc.torch.checkpoint import CheckpointStore, StopRequest, load_state, run_key, save_state
+    from snakedvc.torch.distributed import session
+
+    params = _params(args)
+    cfg = section(TrainConfig, params)
+    inputs = [args.train, args.valid, *([args.resume_from] if args.resume_from else [])]
+    # Keyed by what determines the result: another config or other features never resume from it.
+    store = CheckpointStore(args.checkpoint_dir, run_key(params, inputs), keep=cfg.checkpoint_keep)
+    stop = StopRequest()
+    initial = load_state(args.resume_from) if args.resume_from else None
+    with session() as ctx:
+        try:
+            result = train_model(load_features(args.train), load_features(args.valid), cfg, ctx, store, stop, initial)
+        except (TrainingDivergedError, DataError, ValueError) as error:
+            # A sweep trial's own failure is its result: reported and excluded, the sweep goes on.
+            if not args.result:
+                raise
+            if ctx.is_main:
+                log.error("trial failed: %s", error)
+                write_trial_result(args.result, status="failed", error=str(error))
+            return
+        if not ctx.is_main:
+            return
+        save_result(result, args.model, args.history)
+        log.info("best epoch %d; model -> %s", result.best_epoch, args.model)
+        if args.state_out:
+            save_state(result.final_state, args.state_out)
+        if args.result:
+            write_trial_result(
+                args.result,
+                status="ok",
+                history=result.history,
+                epochs_trained=result.epochs_trained,
+                resumed_from=args.resume_from,
+            )
+        if not cfg.keep_checkpoints:
+            store.remove_all()
+
+
+def cmd_evaluate(args: argparse.Namespace) -> None:
+    import shutil
+
+    from esol.evaluate import parity_plot, predict, regression_metrics, write_metrics, write_predictions
+    from esol.features import load_features
+    from esol.model import load_model
+
+    model, meta = load_model(args.model)
+    test = load_features(args.test)
+    y_pred = predict(model, meta, test.X)
+    metrics = regression_metrics(test.y, y_pred)
+    write_metrics(metrics, args.metrics)
+    write_predictions(test, y_pred, args.predictions)
+    parity_plot(test.y, y_pred, metrics, args.parity)
+    shutil.copyfile(args.history, args.loss_curve)
+    log.info("test RMSE %.4f MAE %.4f R2 %.4f (n=%d)", metrics["rmse"], metrics["mae"], metrics["r2"], metrics["n"])
+
+
+def print_summary(metrics_path: str | Path) -> None:
+    path = Path(metrics_path)
+    if not path.is_file():
+        return
+    metrics = json.loads(path.read_text())
+    print(
+        f"esol: test RMSE {metrics['rmse']:.3f}  MAE {metrics['mae']:.3f}  "
+        f"R² {metrics['r2']:.3f}  (n={metrics['n']}, {path})"
+    )
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="esol", description=__doc__)
+    parser.add_argument("--version", action="version", version=__version__)
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    def step(name: str, func: Any, help_text: str) -> argparse.ArgumentParser:
+        p = sub.add_parser(name, help=help_text)
+        p.set_defaults(func=func)
+        p.add_argument("--log", help="file that receives stderr and log lines")
+        return p
+
+    p = step("split", cmd_split, "split the raw table into train/valid/test")
+    p.add_argument("--params", required=True, help="JSON with the data and split config sections")
+    p.add_argument("--input", required=True)
+    p.add_argument("--train", required=True)
+    p.add_argument("--valid", required=True)
+    p.add_argument("--test", required=True)
+
+    p = step("featurise", cmd_featurise, "featurise one split; invalid SMILES go to a rejects file")
+    p.add_argument("--params", required=True, help="JSON of the featurise config section")
+    p.add_argument("--input", required=True)
+    p.add_argument("--output", required=True)
+    p.add_argument("--rejects", required=True)
+    p.add_argument("--shard", type=int, default=0, help="which block of rows (0-based)")
+    p.add_argument("--shards", type=int, default=1, help="how many blocks the split is cut into")
+
+    p = step("gather-features", cmd_gather_features, "concatenate feature shards in order; check rejects")
+    p.add_argument("--params", required=True, help="JSON of the featurise config section")
+    p.add_argument("--where", required=True, help="what the shards are of (named in errors)")
+    p.add_argument("--features", nargs="+", required=True, help="the shards' features files, in order")
+    p.add_argument("--shard-rejects", nargs="+", required=True, help="the shards' rejects files, in order")
+    p.add_argument("--output", required=True)
+    p.add_argument("--rejects", required=True)
+
+    p = step("train", cmd_train, "train the MLP")
+    p.add_argument("--params", required=True, help="JSON of the train config section")
+    p.add_argument("--train", required=True)
+    p.add_argument("--valid", required=True)
+    p.add_argument("--model", required=True)
+    p.add_argument("--history", required=True)
+    p.add_argument("--checkpoint-dir", default=".checkpoints/train", help="where this run's checkpoints live")
+    p.add_argument("--resume-from", help="final state of an earlier, shorter run to continue (a sweep's previous rung)")
+    p.add_argument("--state-out", help="write the final training state here, for a later continuation")
+    p.add_argument(
+        "--result",
+        help="sweep trial mode: write status and validation metrics here as JSON; "
+        "a failed trial writes status 'failed' and exits 0",
+    )
+
+    p = step("evaluate", cmd_evaluate, "test metrics, predictions, parity plot, loss curve")
+    p.add_argument("--model", required=True)
+    p.add_argument("--test", required=True)
+    p.add_argument("--history", required=True)
+    p.add_argument("--metrics", required=True)
+    p.add_argument("--predictions", required=True)
+    p.add_argument("--parity", required=True)
+    p.add_argument("--loss-curve", required=True)
+
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    from esol.data import DataError
+    from esol.errors import TrainingDivergedError
+    from esol.features import TooManyRejectsError
+    from snakedvc import ConfigError
+    from snakedvc.errors import EXIT_CHECKPOINTED, TrainingStopped
+
+    args = build_parser().parse_args(argv)
+    _setup_logging(getattr(args, "log", None))
+    try:
+        args.func(args)
+    except TrainingStopped as stopped:
+        log.error("%s", stopped)
+        # Also on stdout, which is the SLURM job log that the plugin keeps for failed jobs:
+        # Snakemake starts the rule's own log afresh when it retries the job.
+        print(f"esol {args.command}: {stopped}", flush=True)
+        return EXIT_CHECKPOINTED
+    except (
+        UserError,
+        ConfigError,
+        DataError,
+        FileNotFoundError,
+        TooManyRejectsError,
+        TrainingDivergedError,
+        ValueError,
+    ) as error:
+        log.error("%s", error)
+        print(f"esol {args.command}: error: {error}", file=sys.stderr)
+        return 1
+    return 0
