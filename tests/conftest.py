@@ -16,10 +16,8 @@ SNAKEMAKE = [sys.executable, "-m", "snakemake"]
 
 def copy_project(dest: Path) -> Path:
     """A runnable copy of the workflow (no results) in ``dest``."""
-    for name in ("workflow", "profiles"):
+    for name in ("workflow", "profiles", "config"):
         shutil.copytree(REPO / name, dest / name)
-    for name in ("params.yaml", "environment.yml"):
-        shutil.copy2(REPO / name, dest / name)
     (dest / "data" / "raw").mkdir(parents=True)
     shutil.copy2(REPO / "data" / "raw" / "esol.csv", dest / "data" / "raw" / "esol.csv")
     return dest

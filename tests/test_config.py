@@ -16,7 +16,7 @@ def schema() -> dict:
 
 
 def test_shipped_params_are_valid_and_match_schema_defaults(schema: dict) -> None:
-    from_file = load_config(REPO / "params.yaml", SCHEMA)
+    from_file = load_config(REPO / "config" / "config.yaml", SCHEMA)
     from_defaults = validate_config({}, schema)
     assert from_file == from_defaults
 
@@ -102,9 +102,9 @@ def test_bad_config_fails_before_any_job(project, override: list[str], expected:
 
 
 def test_bad_params_file_fails_naming_key(project) -> None:
-    params = yaml.safe_load((project / "params.yaml").read_text())
+    params = yaml.safe_load((project / "config/config.yaml").read_text())
     params["featurise"]["n_bit"] = 1024
-    (project / "params.yaml").write_text(yaml.safe_dump(params))
+    (project / "config/config.yaml").write_text(yaml.safe_dump(params))
     proc = run_snakemake(project, "-n", check=False)
     assert proc.returncode != 0
     assert "featurise.n_bit" in proc.stderr + proc.stdout

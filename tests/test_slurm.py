@@ -60,7 +60,7 @@ def test_pipeline_on_slurm_matches_local_and_asks_rule_resources(slurm_cluster, 
 
     jobs = slurm_jobs_by_rule(proc.stdout + proc.stderr)
     assert {rule: len(ids) for rule, ids in jobs.items()} == {"split": 1, "featurise": 3, "train": 1, "evaluate": 1}
-    params = yaml.safe_load((REPO / "params.yaml").read_text())["resources"]
+    params = yaml.safe_load((REPO / "config" / "config.yaml").read_text())["resources"]
     expected = {
         "split": ("cpu", params["default"], 0),
         "featurise": ("cpu", params["featurise"], 0),

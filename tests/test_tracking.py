@@ -51,11 +51,11 @@ def test_injected_experiment_name_fails_before_any_job(project: Path, tmp_path: 
         "--profile",
         "profiles/local",
         "--config",
-        f"tracking={{experiment_name: 'x; touch {target}'}}",
+        f"snakedvc={{experiment: {{name: 'x; touch {target}'}}}}",
         check=False,
     )
     assert proc.returncode != 0
-    assert "tracking.experiment_name" in proc.stdout + proc.stderr
+    assert "experiment.name" in proc.stdout + proc.stderr
     assert not target.exists()
     assert not (project / "results").exists()
 
@@ -68,7 +68,7 @@ def test_track_refuses_missing_output(tmp_path: Path) -> None:
 @pytest.mark.slow
 def test_two_runs_are_two_experiments_and_restore_is_exact(tmp_path: Path) -> None:
     repo = dvc_project(tmp_path / "repo", tmp_path / "remote")
-    run_snakemake(repo, "--profile", "profiles/local", "--config", *SMALL, "tracking={experiment_name: first}")
+    run_snakemake(repo, "--profile", "profiles/local", "--config", *SMALL, "snakedvc={experiment: {name: first}}")
     first_metrics = json.loads((repo / "results/metrics.json").read_text())
     first_model = md5(repo / "results/model/model.pt")
     run_snakemake(
@@ -78,7 +78,7 @@ def test_two_runs_are_two_experiments_and_restore_is_exact(tmp_path: Path) -> No
         "--config",
         "data={limit: 200}",
         "train={max_epochs: 4, hidden_sizes: [32], lr: 0.003}",
-        "tracking={experiment_name: second}",
+        "snakedvc={experiment: {name: second}}",
     )
     second_metrics = json.loads((repo / "results/metrics.json").read_text())
     assert md5(repo / "results/model/model.pt") != first_model
@@ -90,6 +90,21 @@ def test_two_runs_are_two_experiments_and_restore_is_exact(tmp_path: Path) -> No
     assert exps["first"]["params"]["train"]["lr"] == 0.001
     assert exps["second"]["params"]["train"]["lr"] == 0.003  # the --config override, not params.yaml
     assert exps["second"]["params"]["data"]["limit"] == 200
+    # Nested --config values keep their types (YAML's BaseLoader would make '4' of them).
+    assert exps["second"]["params"]["train"]["max_epochs"] == 4
+    # The run's effective params are shown once, and DVC's scratch files are never committed.
+    shown = json.loads(dvc(repo, "exp", "show", "--json").stdout)
+    listed = [exp for commit in shown for exp in commit.get("experiments") or []]
+    assert len(listed) == 2
+    for exp in listed:
+        assert set(exp["revs"][0]["data"]["params"]) == {"results/params.yaml"}
+    refs = git(repo, "for-each-ref", "--format=%(refname)", "refs/exps").split()
+    named = [ref for ref in refs if ref.rsplit("/", 1)[-1] in ("first", "second")]
+    assert len(named) == 2, refs
+    for ref in named:
+        committed = git(repo, "ls-tree", "-r", "--name-only", ref).split()
+        assert not [f for f in committed if f.startswith(".dvc/tmp")], ref
+        assert "results/model/model.pt.dvc" in committed and "results/metrics.json" in committed
     # Every artifact is in the DVC cache.
     assert dvc(repo, "status", "--quiet", check=False).returncode == 0
 
@@ -126,7 +141,7 @@ def test_failed_train_saves_no_experiment_but_keeps_features(tmp_path: Path) -> 
 def test_push_then_fresh_clone_pulls_run_and_model(tmp_path: Path) -> None:
     repo = dvc_project(tmp_path / "repo", tmp_path / "remote")
     run_snakemake(
-        repo, "--profile", "profiles/local", "--config", *SMALL, "tracking={experiment_name: shared, push: true}"
+        repo, "--profile", "profiles/local", "--config", *SMALL, "snakedvc={experiment: {name: shared, push: true}}"
     )
     model = md5(repo / "results/model/model.pt")
     clone = tmp_path / "clone"

@@ -1,10 +1,22 @@
 """snakedvc: a kit that any Snakemake project adopts in a few lines.
 
 Public API (everything else is internal):
-- ``ConfigError``, ``validate_config``: config checked against a JSON schema at start.
+
+In a Snakefile
+- ``configure(config, workflow)``: validate the config at start (the ``snakedvc`` key against
+  the kit's schema, the rest against the workflow's own schema), with --config values typed.
+- ``module_path(name)``: a Snakemake module the kit ships (``"tracking"``).
+- ``tracked(config, *outputs)``: the ``.dvc`` targets that record outputs in DVC.
+- ``finish_run(config)``: in ``onsuccess``, save the run as a DVC experiment.
+- ``ConfigError``, ``validate_config(config, schema)``: schema validation for a user's own checks.
+
+On the command line: ``snakedvc launch -- COMMAND`` (1 process, torchrun, srun + torchrun),
+``snakedvc restore NAME``. In a training loop: ``snakedvc.torch`` (the ``torch`` extra).
 """
 
 from snakedvc.config import ConfigError, validate_config
+from snakedvc.tracking import finish_run
+from snakedvc.workflow import configure, module_path, tracked
 
 __version__ = "0.1.0"
-__all__ = ["ConfigError", "validate_config", "__version__"]
+__all__ = ["ConfigError", "configure", "finish_run", "module_path", "tracked", "validate_config", "__version__"]

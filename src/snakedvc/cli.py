@@ -116,7 +116,7 @@ def cmd_track(args: argparse.Namespace) -> None:
 def cmd_restore(args: argparse.Namespace) -> None:
     from snakedvc.tracking import restore
 
-    restore(args.name)
+    restore(args.name, params_file=args.params)
     print(f"restored {args.name}; `snakemake -n` now plans only what differs from it")
 
 
@@ -153,6 +153,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = step("restore", cmd_restore, "dvc exp apply NAME and mark its outputs up to date for Snakemake")
     p.add_argument("name")
+    p.add_argument("--params", default="results/params.yaml", help="the experiment's effective params file")
 
     return parser
 

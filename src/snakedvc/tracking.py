@@ -18,6 +18,7 @@ import os
 import re
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -30,9 +31,7 @@ from snakedvc.io import atomic_path
 log = logging.getLogger(__name__)
 
 LOCK_FILE = Path(".dvc") / "tmp" / "snakedvc.lock"
-EFFECTIVE_PARAMS = Path("results") / "params.yaml"
-# Small text results kept in the experiment's git commit (dvc.yaml reads them from there).
-GIT_RESULTS = ("results/metrics.json", "results/plots/loss.csv", "results/predictions.csv")
+KEY = "snakedvc"
 SKIP_SAVE_ENV = "SNAKEDVC_SKIP_EXP_SAVE"
 _EXP_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
 
@@ -88,7 +87,9 @@ def run_dvc(args: Sequence[str], root: Path | str = ".") -> str:
     log.info("running: dvc %s", " ".join(args))
     proc = subprocess.run(cmd, cwd=root, env=env, capture_output=True, text=True)
     if proc.returncode != 0:
-        raise TrackingError(f"dvc {' '.join(args)} failed (exit {proc.returncode}):\n{proc.stderr.strip()}")
+        # DVC writes some errors to stdout: show both, so its own message always arrives.
+        said = "\n".join(part.strip() for part in (proc.stderr, proc.stdout) if part.strip())
+        raise TrackingError(f"dvc {' '.join(args)} failed (exit {proc.returncode}) in {Path(root).resolve()}:\n{said}")
     return proc.stdout
 
 
@@ -98,63 +99,145 @@ def track(paths: Sequence[str | Path], root: Path | str = ".") -> None:
     if missing:
         raise TrackingError(f"cannot track missing output(s): {', '.join(missing)}")
     with repo_lock(root):
-        run_dvc(["add", "--quiet", *map(str, paths)], root)
+        run_dvc(["add", *map(str, paths)], root)
 
 
-def write_effective_params(config: dict[str, Any], root: Path | str = ".") -> Path:
-    """The config the run really used (params.yaml plus --config overrides), for `dvc exp show`."""
-    path = Path(root) / EFFECTIVE_PARAMS
-    with atomic_path(path) as tmp:
+def experiment_settings(config: dict[str, Any]) -> dict[str, Any]:
+    settings: dict[str, Any] = (config.get(KEY) or {}).get("experiment") or {}
+    return {"name": "", "params": "results/params.yaml", "metrics": [], "files": [], "push": False, **settings}
+
+
+def effective_params(config: dict[str, Any]) -> dict[str, Any]:
+    """The run's config as the experiment records it: everything but the kit's own settings."""
+    return {key: value for key, value in config.items() if key != KEY}
+
+
+def write_effective_params(config: dict[str, Any], path: str | Path, root: Path | str = ".") -> Path:
+    """The config the run really used (config files plus --config overrides), for `dvc exp show`."""
+    target = Path(root) / path
+    with atomic_path(target) as tmp:
         tmp.write_text(
             "# Written by snakedvc at the end of a run: the config it really used.\n"
-            + yaml.safe_dump(config, sort_keys=True)
+            + yaml.safe_dump(effective_params(config), sort_keys=True)
         )
-    return path
+    return target
 
 
-def experiment_files(root: Path | str = ".") -> list[str]:
-    """Untracked files that belong in the experiment commit: .dvc files, their .gitignores, small results."""
-    base = Path(root)
-    found = {str(p.relative_to(base)) for p in (base / "results").rglob("*.dvc")}
-    found |= {str(p.relative_to(base)) for p in (base / "results").rglob(".gitignore")}
-    found |= {name for name in (*GIT_RESULTS, str(EFFECTIVE_PARAMS)) if (base / name).is_file()}
+def changed_dvc_files(root: Path | str = ".") -> list[str]:
+    """New or changed .dvc files and the .gitignore files DVC wrote beside them (DVC's own folder excluded)."""
+    proc = subprocess.run(
+        ["git", "status", "--porcelain=v1", "-z", "--untracked-files=all"],
+        cwd=root,
+        capture_output=True,
+        text=True,
+    )
+    if proc.returncode != 0:
+        raise TrackingError(f"git status failed in {Path(root).resolve()}:\n{proc.stderr.strip()}")
+    found = set()
+    entries = proc.stdout.split("\0")
+    for entry in entries:
+        path = entry[3:]
+        if not path or path.startswith(".dvc/") or entry[:2] == " D":
+            continue
+        if path.endswith(".dvc") or Path(path).name == ".gitignore":
+            found.add(path)
     return sorted(found)
+
+
+def experiment_files(config: dict[str, Any], root: Path | str = ".") -> list[str]:
+    """What the experiment commit holds: changed .dvc files, the effective params, the configured results.
+
+    A configured metrics file or file that the run did not produce is an error, not a silent save.
+    """
+    settings = experiment_settings(config)
+    wanted = [*settings["metrics"], *settings["files"]]
+    missing = [name for name in wanted if not (Path(root) / name).is_file()]
+    if missing:
+        raise TrackingError(
+            f"experiment not saved: the run did not produce {', '.join(missing)} "
+            "(named in snakedvc.experiment.metrics / files of the config)"
+        )
+    return sorted({*changed_dvc_files(root), settings["params"], *wanted})
 
 
 def save_experiment(
     config: dict[str, Any],
     name: str = "",
     message: str = "",
-    push: bool = False,
     root: Path | str = ".",
     files: Sequence[str] | None = None,
 ) -> str:
     """`dvc exp save` the workspace with the effective params; returns the experiment's name.
 
-    ``files``: the untracked files the experiment commit holds (default: experiment_files()).
+    ``files``: the files the experiment commit holds (default: experiment_files()).
     """
+    settings = experiment_settings(config)
+    name = name or settings["name"]
     if name:
         validate_experiment_name(name)
-    write_effective_params(config, root)
+    write_effective_params(config, settings["params"], root)
+    included = experiment_files(config, root) if files is None else files
     args = ["exp", "save", "--force"] if name else ["exp", "save"]
     if name:
         args += ["--name", name]
     if message:
         args += ["--message", message]
-    for path in experiment_files(root) if files is None else files:
+    for path in included:
         args += ["--include-untracked", path]
     with repo_lock(root):
         out = run_dvc(args, root)
         match = re.search(r"saved as:\s*(\S+)", out)
         saved = match.group(1) if match else name
-        if push:
+        drop_dvc_tmp(saved, root)
+        if settings["push"]:
             run_dvc(["push", "--quiet"], root)
             run_dvc(["exp", "push", "origin", saved], root)
     log.info("experiment saved: %s", saved)
     return saved
 
 
-def restore(name: str, root: Path | str = ".") -> None:
+def _git(root: Path | str, *args: str, env: dict[str, str] | None = None) -> str:
+    proc = subprocess.run(["git", *args], cwd=root, capture_output=True, text=True, env=env)
+    if proc.returncode != 0:
+        raise TrackingError(f"git {' '.join(args)} failed in {Path(root).resolve()}:\n{proc.stderr.strip()}")
+    return proc.stdout.strip()
+
+
+def drop_dvc_tmp(name: str, root: Path | str = ".") -> None:
+    """Remove DVC's scratch files from an experiment's commit.
+
+    `dvc exp save` (3.x) force-adds its packed arguments, .dvc/tmp/repro.dat, to the commit it
+    makes. Rewrite that commit without .dvc/tmp (same tree otherwise, same parents, author and
+    message) and point the experiment's ref at it.
+    """
+    refs = _git(root, "for-each-ref", "--format=%(refname)", "refs/exps").split()
+    ref = next((r for r in refs if r.rsplit("/", 1)[-1] == name), None)
+    if ref is None:
+        raise TrackingError(f"experiment {name!r} was saved but no ref refs/exps/.../{name} exists")
+    old = _git(root, "rev-parse", ref)
+    if not _git(root, "ls-tree", "-r", "--name-only", old, "--", ".dvc/tmp"):
+        return
+    with tempfile.TemporaryDirectory() as scratch:
+        env = {**os.environ, "GIT_INDEX_FILE": str(Path(scratch) / "index")}
+        _git(root, "read-tree", old, env=env)
+        _git(root, "rm", "-r", "--cached", "--quiet", "--", ".dvc/tmp", env=env)
+        tree = _git(root, "write-tree", env=env)
+    parents = _git(root, "rev-list", "--parents", "-n", "1", old).split()[1:]
+    who = _git(root, "log", "-1", "--format=%an%x00%ae%x00%ad%x00%cn%x00%ce%x00%cd", "--date=raw", old).split("\0")
+    identity = dict(zip(
+        ("GIT_AUTHOR_NAME", "GIT_AUTHOR_EMAIL", "GIT_AUTHOR_DATE", "GIT_COMMITTER_NAME", "GIT_COMMITTER_EMAIL", "GIT_COMMITTER_DATE"),
+        who,
+        strict=True,
+    ))  # fmt: skip
+    message = _git(root, "log", "-1", "--format=%B", old)
+    args = ["commit-tree", tree, "-m", message]
+    for parent in parents:
+        args += ["-p", parent]
+    new = _git(root, *args, env={**os.environ, **identity})
+    _git(root, "update-ref", ref, new, old)
+
+
+def restore(name: str, params_file: str = "results/params.yaml", root: Path | str = ".") -> None:
     """`dvc exp apply` an experiment, then make Snakemake see its outputs as up to date.
 
     DVC restores files with fresh mtimes in no particular order, and Snakemake's
@@ -166,8 +249,8 @@ def restore(name: str, root: Path | str = ".") -> None:
     with repo_lock(root):
         run_dvc(["exp", "apply", name], root)
     base = [sys.executable, "-m", "snakemake", "--cores", "1"]
-    if (Path(root) / EFFECTIVE_PARAMS).is_file():
-        base += ["--configfile", str(EFFECTIVE_PARAMS)]
+    if (Path(root) / params_file).is_file():
+        base += ["--configfile", str(params_file)]
     # One --touch pass decides up front what to touch, so leaves whose inputs it
     # re-stamps (the .dvc files) can be left behind: repeat until nothing is planned.
     env = {**os.environ, SKIP_SAVE_ENV: "1"}  # touching is not a run: save no experiment
@@ -182,19 +265,13 @@ def restore(name: str, root: Path | str = ".") -> None:
 
 
 def finish_run(config: dict[str, Any], root: Path | str = ".") -> str | None:
-    """End-of-run hook: save the experiment when tracking is on and this is a DVC repo."""
-    settings = config.get("tracking", {})
-    if not settings.get("enabled", True) or os.environ.get(SKIP_SAVE_ENV) == "1":
+    """End of a successful run: save it as a DVC experiment when tracking is on and this is a DVC repo."""
+    if not (config.get(KEY) or {}).get("tracking", True) or os.environ.get(SKIP_SAVE_ENV) == "1":
         return None
     if not is_dvc_repo(root):
         log.info("not a DVC repository (no .dvc/): run not recorded")
         return None
-    return save_experiment(
-        config,
-        name=settings.get("experiment_name", ""),
-        push=bool(settings.get("push", False)),
-        root=root,
-    )
+    return save_experiment(config, root=root)
 
 
 TRIAL_METRICS = Path("results") / "trial.json"
@@ -210,9 +287,10 @@ def finish_sweep(config: dict[str, Any], plan: Any, report: Path | str, root: Pa
     """
     import pandas as pd
 
-    settings = config.get("tracking", {})
-    if not settings.get("enabled", True) or os.environ.get(SKIP_SAVE_ENV) == "1" or not is_dvc_repo(root):
+    kit = config.get(KEY) or {}
+    if not kit.get("tracking", True) or os.environ.get(SKIP_SAVE_ENV) == "1" or not is_dvc_repo(root):
         return []
+    params_file = experiment_settings(config)["params"]
     base = Path(root)
     report_dir = Path(report)
     table = pd.read_csv(base / report_dir / "summary.csv")
@@ -232,14 +310,13 @@ def finish_sweep(config: dict[str, Any], plan: Any, report: Path | str, root: Pa
             metrics["test_rmse"] = float(row.test_rmse)
         with atomic_path(base / TRIAL_METRICS) as tmp:
             tmp.write_text(json.dumps(metrics, indent=2, sort_keys=True) + "\n")
-        params = {**trial.config, "sweep": {**config["sweep"], "trial": trial.id}}
-        files = [str(EFFECTIVE_PARAMS), str(TRIAL_METRICS), *(f for f in extra if (base / f).is_file())]
+        params = {**trial.config, "sweep": {**config["sweep"], "trial": trial.id}, KEY: kit}
+        files = [params_file, str(TRIAL_METRICS), *(f for f in extra if (base / f).is_file())]
         saved.append(
             save_experiment(
                 params,
                 name=f"{plan.name}-{trial.id}",
                 message=f"sweep {plan.name} trial {trial.id}: {trial.overrides}",
-                push=bool(settings.get("push", False)),
                 root=root,
                 files=files,
             )

@@ -5,26 +5,22 @@ from pathlib import Path
 
 from snakemake.exceptions import WorkflowError
 
+import snakedvc
 from esol.cli import print_summary
 from esol.config import check_config
-from snakedvc.config import ConfigError, load_schema, validate_config
-from snakedvc.env import use_this_interpreter
+from snakedvc.config import load_schema
 from snakedvc.sweep import SweepPlan
-from snakedvc.tracking import finish_run, finish_sweep, is_dvc_repo
+from snakedvc.tracking import finish_sweep
 
-_schema = load_schema(Path(workflow.basedir) / "schemas" / "config.schema.yaml")
 try:
-    _validated = validate_config(config, _schema)
-    check_config(_validated)
+    check_config(config)
     # The sweep's trials and rungs, fixed before any job runs (promotion is decided at run time).
-    SWEEP = SweepPlan.from_config(_validated, _schema) if _validated["sweep"]["enabled"] else None
-except ConfigError as error:
-    raise WorkflowError(f"invalid config (params.yaml or --config): {error}") from None
-# In place, so every rule and Snakemake itself see the defaults.
-config.clear()
-config.update(_validated)
+    SWEEP = (
+        SweepPlan.from_config(config, load_schema(config["snakedvc"]["schema"])) if config["sweep"]["enabled"] else None
+    )
+except snakedvc.ConfigError as error:
+    raise WorkflowError(f"invalid config (config/config.yaml or --config): {error}") from None
 
-use_this_interpreter()
 SPLITS = ["train", "valid", "test"]
 SWEEP_NAME = SWEEP.name if SWEEP else "none"
 SWEEP_DIR = f"results/sweeps/{SWEEP_NAME}"
@@ -37,22 +33,17 @@ def section_json(*names):
     return json.dumps({name: config[name] for name in names}, sort_keys=True)
 
 
-def dvc_files(paths):
-    return [f"{path}.dvc" for path in paths]
-
-
 def tracked_outputs():
-    """The .dvc files the workflow targets; none where tracking is off or this is no DVC repo."""
-    if not (config["tracking"]["enabled"] and is_dvc_repo()):
-        return []
+    """The .dvc files that record this run's outputs in DVC (none where tracking is off)."""
     if SWEEP is not None:
-        return [f"{SWEEP_DIR}/report.dvc"]
-    return [
-        *dvc_files(rules.split.output),
-        *expand("results/features/{split}.{ext}.dvc", split=SPLITS, ext=["npz", "rejects.csv"]),
-        *dvc_files([rules.train.output.model, rules.train.output.history]),
-        *dvc_files([rules.evaluate.output.parity]),
-    ]
+        return snakedvc.tracked(config, rules.sweep_report.output.report)
+    features = expand("results/features/{split}.{ext}", split=SPLITS, ext=["npz", "rejects.csv"])
+    return snakedvc.tracked(
+        config,
+        rules.split.output,
+        features,
+        [rules.train.output.model, rules.train.output.history],
+    )
 
 
 def end_of_run(cfg):
@@ -63,7 +54,7 @@ def end_of_run(cfg):
             finish_sweep(cfg, SWEEP, report_dir)
         return
     print_summary("results/metrics.json")
-    finish_run(cfg)
+    snakedvc.finish_run(cfg)
 
 
 def feature_shards(split, ext):

@@ -15,8 +15,6 @@ rule split:
     resources:
         mem_mb=res("default", "mem_mb"),
         runtime=res("default", "runtime"),
-    conda:
-        "../../environment.yml"
     shell:
         "python -m esol split --log {log:q} --params {params.cfg:q} --input {input.data:q}"
         " --train {output.train:q} --valid {output.valid:q} --test {output.test:q}"

@@ -16,8 +16,6 @@ rule evaluate:
     resources:
         mem_mb=res("default", "mem_mb"),
         runtime=res("default", "runtime"),
-    conda:
-        "../../environment.yml"
     shell:
         "python -m esol evaluate --log {log:q} --model {input.model:q} --test {input.test:q}"
         " --history {input.history:q} --metrics {output.metrics:q}"

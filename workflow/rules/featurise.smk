@@ -22,8 +22,6 @@ rule featurise:
     resources:
         mem_mb=res("featurise", "mem_mb"),
         runtime=res("featurise", "runtime"),
-    conda:
-        "../../environment.yml"
     shell:
         "python -m esol featurise --log {log:q} --params {params.cfg:q} --input {input.split:q}"
         " --shard {params.shard} --shards {params.shards}"
@@ -47,8 +45,6 @@ if config["featurise"]["shards"] > 1:
             "logs/benchmarks/featurise/{split}.tsv"
         # Streams the shards into one file on the submit host: I/O only, not worth a job.
         localrule: True
-        conda:
-            "../../environment.yml"
         shell:
             "python -m esol gather-features --log {log:q} --params {params.cfg:q}"
             " --where results/split/{wildcards.split}.csv"

@@ -20,8 +20,6 @@ rule sweep_featurise:
     resources:
         mem_mb=res("featurise", "mem_mb"),
         runtime=res("featurise", "runtime"),
-    conda:
-        "../../environment.yml"
     shell:
         "python -m esol featurise --log {log:q} --params {params.cfg:q} --input {input.split:q}"
         " --output {output.features:q} --rejects {output.rejects:q}"
@@ -52,8 +50,6 @@ rule sweep_train:
         runtime=res("train", "runtime"),
         gpu=res("train", "gpu"),
         nodes=res("train", "nodes"),
-    conda:
-        "../../environment.yml"
     # `exec` for the same reason as in train.smk: SIGTERM must reach the trainer.
     shell:
         "mkdir -p {output:q} && exec snakedvc launch --log {log:q} --nodes {params.nodes}"
@@ -74,8 +70,6 @@ checkpoint sweep_rung:
     benchmark:
         f"logs/benchmarks/sweeps/{SWEEP_NAME}/rung{{rung}}.tsv"
     localrule: True
-    conda:
-        "../../environment.yml"
     shell:
         "python -m snakedvc sweep-promote --log {log:q} --rung {wildcards.rung} --keep {params.keep}"
         " --output {output.decision:q} {input:q}"
@@ -98,8 +92,6 @@ rule sweep_evaluate:
     resources:
         mem_mb=res("default", "mem_mb"),
         runtime=res("default", "runtime"),
-    conda:
-        "../../environment.yml"
     shell:
         "python -m esol evaluate --log {log:q} --model {input.trial:q}/model.pt --test {input.test:q}"
         " --history {input.trial:q}/history.csv --metrics {output.metrics:q}"
@@ -123,24 +115,6 @@ rule sweep_report:
     benchmark:
         f"logs/benchmarks/sweeps/{SWEEP_NAME}/report.tsv"
     localrule: True
-    conda:
-        "../../environment.yml"
     shell:
         "printf '%s\\n' {params.plan:q} > {output.plan:q} && python -m snakedvc sweep-report --log {log:q}"
         " --plan {output.plan:q} --sweep-dir {params.sweep_dir:q} --final {params.final:q} --output {output.report:q}"
-
-
-rule track_sweep:
-    input:
-        rules.sweep_report.output.report,
-    output:
-        f"{SWEEP_DIR}/report.dvc",
-    log:
-        f"logs/sweeps/{SWEEP_NAME}/track.log",
-    benchmark:
-        f"logs/benchmarks/sweeps/{SWEEP_NAME}/track.tsv"
-    localrule: True
-    conda:
-        "../../environment.yml"
-    shell:
-        "python -m snakedvc track --log {log:q} {input:q}"

@@ -20,8 +20,6 @@ rule train:
         runtime=res("train", "runtime"),
         gpu=res("train", "gpu"),
         nodes=res("train", "nodes"),
-    conda:
-        "../../environment.yml"
     # `exec`: the trainer must be Snakemake's direct child, so SLURM's SIGTERM reaches it and
     # Snakemake waits for its checkpoint; a bash in between would die on TERM first.
     shell:

@@ -1,0 +1,118 @@
+"""What a user's Snakefile calls: configure the run, name the modules, list tracked targets, finish.
+
+Kept free of Snakemake imports: the workflow object is passed in, and only its public
+config settings are read.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+from collections.abc import Iterable, Mapping
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from snakedvc.config import ConfigError, load_schema, validate_config
+from snakedvc.env import use_this_interpreter
+
+KEY = "snakedvc"
+MODULES = ("tracking",)
+
+
+def module_path(name: str) -> str:
+    """The Snakefile of one of the kit's Snakemake modules, for `module x: snakefile: ...`."""
+    if name not in MODULES:
+        raise ValueError(f"snakedvc has no module {name!r}; modules: {', '.join(MODULES)}")
+    return str(resources.files("snakedvc") / "modules" / f"{name}.smk")
+
+
+def kit_schema() -> dict[str, Any]:
+    return load_schema(str(resources.files("snakedvc") / "schemas" / "snakedvc.schema.yaml"))
+
+
+def _typed(value: Any) -> Any:
+    """A `--config` value typed the way Snakemake types top-level ones (int, float, then YAML).
+
+    Snakemake reads nested --config values with YAML's BaseLoader, so `train={epochs: 4}`
+    arrives as the string '4': it would be recorded as a string and change the rule's params.
+    """
+    if isinstance(value, Mapping):
+        return {key: _typed(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_typed(item) for item in value]
+    if not isinstance(value, str) or not value.strip():
+        return value
+    for parse in (int, float):
+        try:
+            return parse(value)
+        except ValueError:
+            pass
+    try:
+        parsed = yaml.safe_load(value)
+    except yaml.YAMLError:
+        return value
+    # Booleans and null; a string that merely looks like a mapping or list stays a string.
+    return parsed if isinstance(parsed, bool) or parsed is None else value
+
+
+def _merge(target: dict[str, Any], overrides: Mapping[str, Any]) -> None:
+    for key, value in overrides.items():
+        if isinstance(value, Mapping) and isinstance(target.get(key), dict):
+            _merge(target[key], value)
+        else:
+            target[key] = copy.deepcopy(value)
+
+
+def configure(config: dict[str, Any], workflow: Any = None) -> dict[str, Any]:
+    """Validate the config in place, at parse time, before any job runs.
+
+    - `--config` values get real types (``workflow`` gives them; Snakemake's own
+      ``workflow.config_settings.overwrite_config``);
+    - the ``snakedvc`` key is checked against the kit's schema, defaults filled;
+    - with ``snakedvc.schema`` set, the rest is checked against the user's schema.
+    A bad key or type raises ConfigError naming it. Also puts this interpreter's bin
+    folder first on PATH, so rules calling `snakedvc` or `python` use this environment.
+    """
+    overrides = getattr(getattr(workflow, "config_settings", None), "overwrite_config", None)
+    if overrides:
+        _merge(config, _typed(overrides))
+    try:
+        kit = validate_config(config.get(KEY) or {}, kit_schema())
+    except ConfigError as error:
+        raise ConfigError(f"{KEY}: {error}") from None
+    user = {key: value for key, value in config.items() if key != KEY}
+    if kit["schema"]:
+        user = validate_config(user, load_schema(kit["schema"]))
+    config.clear()
+    config.update(user)
+    config[KEY] = kit
+    use_this_interpreter()
+    return config
+
+
+def _paths(outputs: Iterable[Any]) -> list[str]:
+    found: list[str] = []
+    for item in outputs:
+        if isinstance(item, str | os.PathLike):
+            found.append(os.fspath(item))
+        else:  # a rule's output (a Namedlist) or any list of paths
+            found.extend(_paths(item))
+    return found
+
+
+def tracking_enabled(config: Mapping[str, Any], root: str | Path = ".") -> bool:
+    settings = config.get(KEY) or {}
+    return bool(settings.get("tracking", True)) and (Path(root) / ".dvc").is_dir()
+
+
+def tracked(config: Mapping[str, Any], *outputs: Any) -> list[str]:
+    """The `.dvc` targets that record these outputs in DVC (none where tracking is off or no DVC repo).
+
+    Pass rules' outputs: ``snakedvc.tracked(config, rules.train.output, rules.prepare.output)``.
+    """
+    if not tracking_enabled(config):
+        return []
+    return [f"{path}.dvc" for path in _paths(outputs)]

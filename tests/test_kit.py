@@ -1,0 +1,130 @@
+"""The kit's boundary and its Snakefile API: what a user's project relies on."""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+import snakedvc
+from snakedvc.tracking import TrackingError, experiment_files, run_dvc
+from tests.conftest import REPO, dvc, git
+
+KIT = REPO / "src" / "snakedvc"
+FORBIDDEN = ("esol", "molflux", "rdkit")
+
+
+def imported_modules(path: Path) -> set[str]:
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found |= {alias.name.split(".")[0] for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found.add(node.module.split(".")[0])
+    return found
+
+
+def test_kit_imports_no_example_code_and_torch_only_in_its_extra() -> None:
+    for path in KIT.rglob("*.py"):
+        modules = imported_modules(path)
+        assert not modules & set(FORBIDDEN), f"{path} imports {modules & set(FORBIDDEN)}"
+        if "torch" in modules:
+            assert path.parent.name == "torch", f"{path} imports torch outside snakedvc.torch"
+    for path in KIT.rglob("*.smk"):
+        text = path.read_text().lower()
+        assert not any(name in text for name in FORBIDDEN), path
+
+
+def test_importing_the_kit_loads_neither_torch_nor_the_example() -> None:
+    code = (
+        "import sys, snakedvc, snakedvc.cli, snakedvc.launch, snakedvc.sweep, snakedvc.tracking, snakedvc.workflow\n"
+        "print(sorted(m for m in ('torch', 'esol', 'molflux', 'rdkit') if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
+
+
+def test_shipped_modules_are_found() -> None:
+    path = Path(snakedvc.module_path("tracking"))
+    assert path.is_file() and "rule track:" in path.read_text()
+    with pytest.raises(ValueError, match="no module 'nope'"):
+        snakedvc.module_path("nope")
+
+
+def workflow_with(overrides: dict) -> SimpleNamespace:
+    """What configure reads of Snakemake's workflow object: its --config values, as Snakemake parsed them."""
+    return SimpleNamespace(config_settings=SimpleNamespace(overwrite_config=overrides))
+
+
+def test_configure_gives_config_values_their_yaml_types(tmp_path: Path) -> None:
+    # Snakemake reads nested --config values with YAML's BaseLoader: everything a string.
+    config = {"train": {"max_epochs": 100, "lr": 0.001, "name": "base"}}
+    overrides = {"train": {"max_epochs": "4", "lr": "1e-2", "amp": "true", "name": "run 1", "tag": "{a: 1}"}}
+    snakedvc.configure(config, workflow_with(overrides))
+    assert config["train"] == {"max_epochs": 4, "lr": 0.01, "amp": True, "name": "run 1", "tag": "{a: 1}"}
+    assert config["snakedvc"]["tracking"] is True  # the kit's defaults filled in
+    assert config["snakedvc"]["experiment"]["params"] == "results/params.yaml"
+
+
+def test_configure_names_a_bad_kit_key_and_validates_the_users_schema(tmp_path: Path, monkeypatch) -> None:
+    with pytest.raises(snakedvc.ConfigError, match=r"snakedvc: unknown config key 'experiment.metric'"):
+        snakedvc.configure({"snakedvc": {"experiment": {"metric": "x"}}})
+    schema = tmp_path / "schema.yaml"
+    schema.write_text(
+        "type: object\nproperties:\n  train:\n    type: object\n    properties:\n"
+        "      epochs: {type: integer, minimum: 1, default: 3}\n"
+    )
+    monkeypatch.chdir(tmp_path)
+    config = {"snakedvc": {"schema": "schema.yaml"}, "train": {}}
+    snakedvc.configure(config)
+    assert config["train"] == {"epochs": 3}
+    with pytest.raises(snakedvc.ConfigError, match="train.epochs"):
+        snakedvc.configure({"snakedvc": {"schema": "schema.yaml"}, "train": {"epochs": 0}})
+
+
+def test_tracked_lists_dvc_targets_only_where_tracking_is_on(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    on = {"snakedvc": {"tracking": True}}
+    assert snakedvc.tracked(on, ["a.csv", "b.csv"]) == []  # not a DVC repo
+    (tmp_path / ".dvc").mkdir()
+    assert snakedvc.tracked(on, ["a.csv", "b.csv"], "m/model.pt") == ["a.csv.dvc", "b.csv.dvc", "m/model.pt.dvc"]
+    assert snakedvc.tracked({"snakedvc": {"tracking": False}}, ["a.csv"]) == []
+
+
+@pytest.fixture
+def dvc_repo(tmp_path: Path) -> Path:
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    git(repo, "init", "-q", "-b", "main")
+    dvc(repo, "init", "-q")
+    git(repo, "-c", "user.email=t@e", "-c", "user.name=t", "commit", "-q", "-m", "init")
+    return repo
+
+
+def test_an_experiment_without_its_configured_metrics_is_an_error(dvc_repo: Path) -> None:
+    config = {"snakedvc": {"experiment": {"metrics": ["out/metrics.json"], "files": ["out/curve.csv"]}}}
+    with pytest.raises(TrackingError, match=r"did not produce out/metrics.json, out/curve.csv"):
+        experiment_files(config, dvc_repo)
+    (dvc_repo / "out").mkdir()
+    (dvc_repo / "out/metrics.json").write_text("{}")
+    (dvc_repo / "out/curve.csv").write_text("x\n")
+    (dvc_repo / "out/model.pt").write_bytes(b"weights")
+    dvc(dvc_repo, "add", "out/model.pt")
+    files = experiment_files(config, dvc_repo)
+    assert files == sorted(
+        ["out/.gitignore", "out/model.pt.dvc", "out/metrics.json", "out/curve.csv", "results/params.yaml"]
+    )
+    assert not [f for f in files if f.startswith(".dvc/")]
+
+
+def test_a_failing_dvc_command_shows_dvcs_own_message(dvc_repo: Path, tmp_path: Path) -> None:
+    outside = tmp_path / "outside.txt"
+    outside.write_text("x")
+    with pytest.raises(TrackingError) as error:
+        run_dvc(["add", str(outside)], dvc_repo)
+    said = str(error.value).split("\n", 1)[1]
+    assert "outside" in said.lower() and said.strip()
