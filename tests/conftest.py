@@ -125,3 +125,19 @@ def dvc_experiments(repo: Path, metrics_file: str = "results/metrics.json") -> d
                 "metrics": (data["metrics"].get(metrics_file) or {}).get("data", {}),
             }
     return found
+
+
+def trainers_in(workdir: Path) -> list[int]:
+    """Pids of ESOL trainer processes running in ``workdir``: only the ones this test started."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            argv = (proc / "cmdline").read_bytes().split(b"\0")
+            cwd = (proc / "cwd").resolve()
+        except OSError:  # gone, or not ours to read
+            continue
+        if b"esol" in argv and b"train" in argv and cwd == workdir.resolve():
+            found.append(int(proc.name))
+    return sorted(found)

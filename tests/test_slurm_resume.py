@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import signal
 import subprocess
@@ -11,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import slurm_jobs_by_rule
+from tests.conftest import slurm_jobs_by_rule, trainers_in
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 
@@ -68,7 +69,6 @@ def test_scancel_then_retry_resumes(slurm_cluster, project: Path) -> None:
     # scancel sends SIGTERM: the trainer wrote a checkpoint at that step, and the retry resumed from it.
     assert "(SIGTERM checkpoint " in (project / "logs/train.log").read_text()
     assert (project / "results/metrics.json").is_file()
-    assert (project / "results/metrics.json").is_file()
 
 
 def test_time_limit_signal_checkpoints_and_resubmits(slurm_cluster, project: Path) -> None:
@@ -92,10 +92,10 @@ def test_sigkill_resumes_from_periodic_checkpoint(slurm_cluster, project: Path) 
     snakemake = start(project, "--retries", "2")
     wait_for_log(project, "checkpoint (periodic): ", snakemake)
     wait_for_log(project, "epoch 170 ", snakemake)
-    pids = subprocess.run(["pgrep", "-f", "snakedvc train"], capture_output=True, text=True).stdout.split()
-    assert pids
+    pids = trainers_in(project)
+    assert pids, "trainer process not found"
     for pid in pids:
-        subprocess.run(["kill", f"-{signal.SIGKILL.value}", pid], check=False)
+        os.kill(pid, signal.SIGKILL)
     output = finish(snakemake)
     log = (project / "logs/train.log").read_text()
     resumed = re.search(r"resumed from epoch (\d+) step (\d+) \(periodic checkpoint", log)

@@ -23,6 +23,7 @@ from tests.conftest import (
     md5,
     run_snakemake,
     slurm_jobs_by_rule,
+    trainers_in,
     venv_env,
 )
 
@@ -242,8 +243,7 @@ def test_stopped_training_with_no_retry_left_records_no_model(tmp_path: Path) ->
     deadline = time.time() + 300
     while time.time() < deadline and "epoch 20 " not in (log.read_text() if log.exists() else ""):
         time.sleep(0.1)
-    pids = subprocess.run(["pgrep", "-f", "snakedvc train"], capture_output=True, text=True)
-    trainer = [int(p) for p in pids.stdout.split() if Path(f"/proc/{p}/cwd").resolve() == repo.resolve()]
+    trainer = trainers_in(repo)
     assert trainer, "trainer process not found"
     os.kill(trainer[0], signal.SIGTERM)
     output, _ = snakemake.communicate(timeout=300)
