@@ -46,7 +46,7 @@ def sweep_experiments(repo: Path) -> dict[str, dict]:
 
 
 def epoch_lines(log: str) -> list[int]:
-    return [int(e) for e in re.findall(r"snakedvc.train: epoch (\d+) train_loss", log)]
+    return [int(e) for e in re.findall(r"esol.train: epoch (\d+) train_loss", log)]
 
 
 def test_dry_run_shows_the_first_rung_trials_before_anything_runs(project: Path) -> None:
