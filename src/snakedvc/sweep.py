@@ -146,7 +146,8 @@ def build_trials(config: dict[str, Any], schema: dict[str, Any]) -> list[Trial]:
     """Every trial's validated config. A trial whose values are invalid is kept, with the reason."""
     sweep = config["sweep"]
     overrides = expand_space(sweep["space"], sweep["method"], sweep["max_trials"], sweep["seed"])
-    base = {k: v for k, v in config.items() if k != "sweep"}
+    # Trials are checked against the user's schema: the kit's own section is not part of it.
+    base = {k: v for k, v in config.items() if k not in ("sweep", "snakedvc")}
     trials = []
     for index, values in enumerate(overrides):
         trial_id = f"t{index:03d}"
