@@ -1,11 +1,12 @@
 """Training checkpoints: atomic writes, validated loads, and a stop request from SLURM's signal.
 
+The pieces under `snakedvc.torch.resume.Resumable`, which most loops use instead.
 A checkpoint holds everything a resumed run needs to continue bit for bit:
-model, optimizer, epoch and step (data position), early-stopping state,
-history so far, RNG states, and the key of the run it belongs to. Checkpoints
-live outside the rule's outputs (Snakemake deletes the outputs of a failed
-job), in `.checkpoints/<key>/`, where the key hashes the training config and
-the input features: a checkpoint of other params is never used.
+model, optimizer, epoch and step (data position), RNG states, the user's own
+state (early stopping, history...), and the key of the run it belongs to.
+Checkpoints live outside the rule's outputs (Snakemake deletes the outputs of a
+failed job), in `<root>/<key>/`, where the key hashes the params and the input
+files: a checkpoint of other params is never used.
 """
 
 from __future__ import annotations
@@ -34,9 +35,9 @@ FORMAT_VERSION = 1
 _NAME = re.compile(r"^ckpt-e(\d+)-s(\d+)\.pt$")
 
 
-def run_key(config: dict[str, Any], inputs: Sequence[str | Path]) -> str:
-    """Identity of a training run: its config and the bytes of its inputs."""
-    digest = hashlib.sha256(json.dumps(config, sort_keys=True).encode())
+def run_key(config: Any, inputs: Sequence[str | Path]) -> str:
+    """Identity of a training run: its params (JSON-able; paths as strings) and the bytes of its inputs."""
+    digest = hashlib.sha256(json.dumps(config, sort_keys=True, default=str).encode())
     for path in inputs:
         with open(path, "rb") as handle:
             for block in iter(lambda: handle.read(1 << 20), b""):
@@ -45,6 +46,7 @@ def run_key(config: dict[str, Any], inputs: Sequence[str | Path]) -> str:
 
 
 def rng_state() -> dict[str, Any]:
+    """Every global RNG a loop may draw from (dropout, shuffling, augmentation)."""
     state = {
         "python": random.getstate(),
         "numpy": np.random.get_state(),
@@ -116,7 +118,7 @@ class CheckpointStore:
 
 
 def save_state(state: dict[str, Any], path: str | Path) -> Path:
-    """Write a run's final state (see TrainResult.final_state) atomically, for a later continuation."""
+    """Write a run's final state (see Resumable.finish) atomically, for a later continuation."""
     buffer = io.BytesIO()
     torch.save({"format": FORMAT_VERSION, **state}, buffer)
     with atomic_path(path) as tmp:
@@ -142,21 +144,17 @@ class StopRequest:
     """Set by SIGTERM (SLURM's warning signal, scancel, preemption, time limit).
 
     The trainer polls it between steps; on a request it checkpoints and exits.
-    SIGUSR1 is left alone: NCCL uses it.
+    SIGUSR1 is left alone: NCCL uses it. The handler stays installed after training:
+    a SIGTERM while the outputs are written lets the job complete them.
     """
 
     def __init__(self, signals: Sequence[int] = (signal.SIGTERM, signal.SIGINT)) -> None:
         self.requested = False
         self.signum: int | None = None
-        self._previous = {}
         for signum in signals:
-            self._previous[signum] = signal.signal(signum, self._handle)
+            signal.signal(signum, self._handle)
 
     def _handle(self, signum: int, frame: FrameType | None) -> None:
         self.requested = True
         self.signum = signum
         log.warning("received %s: will checkpoint and stop after the current step", signal.Signals(signum).name)
-
-    def restore(self) -> None:
-        for signum, handler in self._previous.items():
-            signal.signal(signum, handler)

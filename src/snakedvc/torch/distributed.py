@@ -12,11 +12,14 @@ import logging
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any, TypeVar
 
 import torch
 import torch.distributed as dist
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -78,3 +81,12 @@ def all_sum(values: list[float], ctx: DistContext) -> list[float]:
     tensor = torch.tensor(values, dtype=torch.float64, device=ctx.device)
     dist.all_reduce(tensor, op=dist.ReduceOp.SUM)
     return [float(v) for v in tensor.cpu()]
+
+
+def all_gather(value: T, ctx: DistContext) -> list[T]:
+    """Every rank's value (any picklable object), in rank order; ``[value]`` on one process."""
+    if not ctx.distributed:
+        return [value]
+    gathered: list[Any] = [None] * ctx.world_size
+    dist.all_gather_object(gathered, value)
+    return gathered

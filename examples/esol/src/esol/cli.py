@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from esol import __version__
+from snakedvc.torch.options import add_resume_arguments
 
 log = logging.getLogger("esol")
 
@@ -104,19 +105,18 @@ def cmd_train(args: argparse.Namespace) -> None:
     from esol.features import load_features
     from esol.train import save_result, train_model
     from snakedvc.sweep import write_trial_result
-    from snakedvc.torch.checkpoint import CheckpointStore, StopRequest, load_state, run_key, save_state
+    from snakedvc.torch import Resumable
     from snakedvc.torch.distributed import session
 
     params = _params(args)
     cfg = section(TrainConfig, params)
-    inputs = [args.train, args.valid, *([args.resume_from] if args.resume_from else [])]
     # Keyed by what determines the result: another config or other features never resume from it.
-    store = CheckpointStore(args.checkpoint_dir, run_key(params, inputs), keep=cfg.checkpoint_keep)
-    stop = StopRequest()
-    initial = load_state(args.resume_from) if args.resume_from else None
+    resume = Resumable.from_args(
+        args, params, [args.train, args.valid], keep=cfg.checkpoint_keep, keep_checkpoints=cfg.keep_checkpoints
+    )
     with session() as ctx:
         try:
-            result = train_model(load_features(args.train), load_features(args.valid), cfg, ctx, store, stop, initial)
+            result = train_model(load_features(args.train), load_features(args.valid), cfg, ctx, resume)
         except (TrainingDivergedError, DataError, ValueError) as error:
             # A sweep trial's own failure is its result: reported and excluded, the sweep goes on.
             if not args.result:
@@ -129,18 +129,14 @@ def cmd_train(args: argparse.Namespace) -> None:
             return
         save_result(result, args.model, args.history)
         log.info("best epoch %d; model -> %s", result.best_epoch, args.model)
-        if args.state_out:
-            save_state(result.final_state, args.state_out)
         if args.result:
             write_trial_result(
                 args.result,
                 status="ok",
                 history=result.history,
                 epochs_trained=result.epochs_trained,
-                resumed_from=args.resume_from,
+                resumed_from=args.continue_from,
             )
-        if not cfg.keep_checkpoints:
-            store.remove_all()
 
 
 def cmd_evaluate(args: argparse.Namespace) -> None:
@@ -212,9 +208,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--valid", required=True)
     p.add_argument("--model", required=True)
     p.add_argument("--history", required=True)
-    p.add_argument("--checkpoint-dir", default=".checkpoints/train", help="where this run's checkpoints live")
-    p.add_argument("--resume-from", help="final state of an earlier, shorter run to continue (a sweep's previous rung)")
-    p.add_argument("--state-out", help="write the final training state here, for a later continuation")
+    # --checkpoint-dir, and the sweep's --resume-from (a previous rung's final state) and --state-out.
+    add_resume_arguments(
+        p, checkpoint_dir=".checkpoints/train", continue_from="--resume-from", final_state="--state-out"
+    )
     p.add_argument(
         "--result",
         help="sweep trial mode: write status and validation metrics here as JSON; "

@@ -12,7 +12,6 @@ from __future__ import annotations
 import copy
 import logging
 import math
-import signal
 import time
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
@@ -28,9 +27,9 @@ from esol.data import DataError
 from esol.errors import TrainingDivergedError
 from esol.features import FeatureSet, apply_scaling, fit_scaling
 from esol.model import MLP, dropout_masks, save_model
-from snakedvc.errors import TrainingStopped
 from snakedvc.io import atomic_path
-from snakedvc.torch.checkpoint import CheckpointStore, StopRequest, rng_state, set_rng_state
+from snakedvc.torch import Resumable
+from snakedvc.torch.checkpoint import StopRequest
 from snakedvc.torch.distributed import DistContext, all_sum
 
 log = logging.getLogger(__name__)
@@ -79,29 +78,26 @@ def _sum_squared_error(model: nn.Module, X: torch.Tensor, y: torch.Tensor, batch
     return total
 
 
-def _stop_agreed(stop: StopRequest | None, ctx: DistContext) -> bool:
-    """All ranks stop at the same step: any rank's request counts for all."""
-    wanted = bool(stop and stop.requested)
-    return all_sum([1.0 if wanted else 0.0], ctx)[0] > 0 if ctx.distributed else wanted
-
-
 def train_model(
     train: FeatureSet,
     valid: FeatureSet,
     cfg: TrainConfig,
     ctx: DistContext | None = None,
-    store: CheckpointStore | None = None,
-    stop: StopRequest | None = None,
+    resume: Resumable | None = None,
     initial: dict[str, Any] | None = None,
 ) -> TrainResult:
-    """Train, resuming from the newest checkpoint in ``store``, else from ``initial``.
+    """Train; ``resume`` checkpoints, stops on request and resumes (see snakedvc.torch.Resumable).
 
-    ``initial`` is the ``final_state`` of an earlier, shorter run of the same trial
-    (an earlier rung of a sweep): training continues where it ended.
+    Without one, nothing is checkpointed and ``initial``, the ``final_state`` of an earlier,
+    shorter run of the same trial (an earlier rung of a sweep), is where training continues.
     """
-    ctx = ctx or DistContext()
+    ctx = ctx or (resume.ctx if resume else DistContext())
     if len(train) == 0:
         raise DataError("the training split has no valid molecules")
+    if resume is None:
+        resume = Resumable(None, root=None, continue_from=initial, stop=StopRequest(signals=()), ctx=ctx)
+    elif initial is not None:
+        raise ValueError("with a Resumable, give the state to continue from as its continue_from")
     make_deterministic(cfg.seed, cfg.torch_threads)
     y_mean = float(np.mean(train.y))
     y_std = float(np.std(train.y)) or 1.0
@@ -121,76 +117,45 @@ def train_model(
     model = MLP(X_train.shape[1], cfg.hidden_sizes, cfg.dropout).to(device)
     optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
 
-    # Where training stands; a checkpoint is exactly this plus model and optimizer.
-    epoch, first_step, running = 1, 0, 0.0
+    # Where training stands beyond model, optimizer and position: a checkpoint's extra state.
+    running = 0.0
     best_loss, best_epoch, best_state = math.inf, 0, copy.deepcopy(model.state_dict())
     rows: list[tuple[int, float, float, float]] = []
     stopped_early = False
-    resumed = store.load_latest() if store else None
-    continued = False
-    if resumed is None and initial is not None:
-        resumed, continued = initial, True
-    if resumed:
-        model.load_state_dict(resumed["model"])
-        optimizer.load_state_dict(resumed["optimizer"])
-        epoch, first_step = resumed["epoch"], resumed["step"]
-        running = resumed["running"] if ctx.is_main else 0.0
-        best_loss, best_epoch, best_state = resumed["best_loss"], resumed["best_epoch"], resumed["best_state"]
-        rows = [tuple(r) for r in resumed["history"]]
-        set_rng_state(resumed["rng"])
-        stopped_early = bool(resumed.get("stopped_early", False))
-        if ctx.is_main and continued:
-            log.info("continuing from epoch %d: the final state of an earlier run, %s", epoch, resumed.get("path"))
-        elif ctx.is_main:
-            log.info(
-                "resumed from epoch %d step %d (%s checkpoint %s)",
-                epoch, first_step, resumed.get("reason", "periodic"), resumed["path"],
-            )  # fmt: skip
+
+    def extra() -> dict[str, Any]:
+        # The partial epoch loss of every rank (an all-reduce: called on every rank), restored on rank 0 alone.
+        (total_running,) = all_sum([running], ctx)
+        return {
+            "running": total_running,
+            "best_loss": best_loss,
+            "best_epoch": best_epoch,
+            "best_state": best_state,
+            "history": rows,
+            "config": asdict(cfg),
+            "stopped_early": stopped_early,
+        }
+
+    start = resume.load(model, optimizer, extra, first_epoch=1)
+    if start.resumed:
+        state = start.extra
+        running = state["running"] if ctx.is_main else 0.0
+        best_loss, best_epoch, best_state = state["best_loss"], state["best_epoch"], state["best_state"]
+        rows = [tuple(r) for r in state["history"]]
+        stopped_early = bool(state.get("stopped_early", False))
     rows_at_start = len(rows)
 
     net: nn.Module = model
     if ctx.distributed:
         net = nn.parallel.DistributedDataParallel(model, device_ids=[device] if device.type == "cuda" else None)
 
-    def snapshot(reason: str, total_running: float) -> dict[str, Any]:
-        return {
-            "model": model.state_dict(),
-            "optimizer": optimizer.state_dict(),
-            "running": total_running,
-            "best_loss": best_loss,
-            "best_epoch": best_epoch,
-            "best_state": best_state,
-            "history": rows,
-            "rng": rng_state(),
-            "config": asdict(cfg),
-            "reason": reason,
-            "stopped_early": stopped_early,
-        }
-
-    def checkpoint(next_epoch: int, next_step: int, reason: str = "periodic") -> Path | None:
-        if store is None:
-            return None
-        # Collective: the partial epoch loss of every rank, restored on rank 0 alone.
-        (total_running,) = all_sum([running], ctx)
-        if not ctx.is_main:
-            return None
-        path = store.save(snapshot(reason, total_running), next_epoch, next_step)
-        log.info("checkpoint (%s): %s", reason, path)
-        return path
-
     started = time.perf_counter()
+    epoch = start.epoch
     while epoch <= cfg.max_epochs and not stopped_early:
         net.train()
         order = epoch_order(len(X_train), cfg.seed, epoch)
-        for step, start in enumerate(range(0, len(order), cfg.batch_size)):
-            if step < first_step:
-                continue  # replaying a resumed epoch: these steps are in the checkpoint
-            if _stop_agreed(stop, ctx):
-                signum = getattr(stop, "signum", None)
-                signame = signal.Signals(signum).name if signum else "request"
-                path = checkpoint(epoch, step, signame)
-                raise TrainingStopped(path or (store.latest_path() if store else None), epoch, step, signame)
-            batch = order[start : start + cfg.batch_size]
+        for step, first in resume.steps(range(0, len(order), cfg.batch_size), epoch):
+            batch = order[first : first + cfg.batch_size]
             share = rank_slice(len(batch), ctx)
             idx = batch[share].to(device)
             masks = dropout_masks(len(batch), cfg.hidden_sizes, cfg.dropout, cfg.seed, epoch, step)
@@ -201,7 +166,6 @@ def train_model(
             (squared * (ctx.world_size / len(batch))).backward()
             optimizer.step()
             running += float(squared.detach())
-        first_step = 0
         train_sse, valid_sse = all_sum([running, _sum_squared_error(model, X_valid, y_valid)], ctx)
         running = 0.0
         train_loss = train_sse / len(X_train)
@@ -222,13 +186,13 @@ def train_model(
             if ctx.is_main:
                 log.info("early stop at epoch %d: no better valid loss since epoch %d", epoch, best_epoch)
             stopped_early = True
+        if cfg.checkpoint_every and epoch % cfg.checkpoint_every == 0 and epoch < cfg.max_epochs:
+            resume.save()
         epoch += 1
-        if cfg.checkpoint_every and (epoch - 1) % cfg.checkpoint_every == 0 and epoch <= cfg.max_epochs:
-            checkpoint(epoch, 0)
 
     elapsed = time.perf_counter() - started
-    # A copy: loading the best weights below overwrites the model's tensors in place.
-    final_state = copy.deepcopy({**snapshot("end of run", 0.0), "epoch": epoch, "step": 0}) if ctx.is_main else {}
+    # Where training stopped, for a later run with a larger max_epochs; before the best weights are loaded.
+    final_state = resume.finish(epoch)
     if ctx.is_main:
         samples = (len(rows) - rows_at_start) * len(X_train)
         log.info(

@@ -1,0 +1,276 @@
+"""Resumable training for any PyTorch loop: checkpoint, stop on SIGTERM, resume bit for bit.
+
+A plain ``train.py`` adopts it in a few lines::
+
+    from snakedvc.torch import EXIT_CHECKPOINTED, Resumable, TrainingStopped
+
+    resume = Resumable(hparams, inputs=[data_path])       # keyed by params + input bytes; SIGTERM/SIGINT handler
+                                                          # (or Resumable.from_args(args, ...): add_resume_arguments)
+    start = resume.load(model, optimizer, extra=lambda: {"history": history})
+    history = start.extra.get("history", [])
+    for epoch in range(start.epoch, epochs):
+        for step, batch in resume.steps(batches(epoch), epoch):
+            ...                                           # one optimizer step
+        history.append(...)
+        resume.save()                                     # periodic checkpoint: rank 0, atomic
+    resume.finish()                                       # final state if asked; checkpoints removed
+
+and exits with ``EXIT_CHECKPOINTED`` on ``TrainingStopped``: the non-zero exit
+makes Snakemake retry the job, and the retry resumes. Checkpoints hold the
+model, optimizer, every rank's RNG states, the data position (epoch, step) and
+the user's ``extra`` state. What a checkpoint cannot hold must be a pure
+function of the position for an exact resume: the batch order of an epoch
+(seed it with the epoch, e.g. ``DistributedSampler.set_epoch``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import logging
+import signal
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol, TypeVar
+
+from torch import nn
+from torch.optim import Optimizer
+
+from snakedvc.errors import TrainingStopped
+from snakedvc.torch.checkpoint import (
+    CheckpointStore,
+    StopRequest,
+    load_state,
+    rng_state,
+    run_key,
+    save_state,
+    set_rng_state,
+)
+from snakedvc.torch.distributed import DistContext, all_gather, all_sum, detect
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+# Keys of a checkpoint that are the helper's own; the user's extra state takes any others.
+RESERVED = frozenset({"format", "key", "epoch", "step", "model", "optimizer", "rng", "rng_ranks", "reason", "path"})
+
+
+class Stop(Protocol):
+    """What ``steps`` polls once per step: a StopRequest, or a test's deterministic stand-in."""
+
+    @property
+    def requested(self) -> bool: ...
+
+
+@dataclass(frozen=True)
+class Start:
+    """Where a run starts: the epoch and step to run next, and the user's extra state ({} if fresh)."""
+
+    epoch: int
+    step: int = 0
+    extra: dict[str, Any] = field(default_factory=dict)
+    source: str | None = None  # "checkpoint", "continued" (from continue_from), None: a fresh start
+    path: str | None = None
+
+    @property
+    def resumed(self) -> bool:
+        return self.source is not None
+
+
+class Resumable:
+    """Checkpoints, stop and resume for one training run; every rank makes one and calls it alike.
+
+    ``key`` (JSON-able params) and the bytes of ``inputs`` name the run's checkpoint folder under
+    ``root``, so a checkpoint of other params or other data is never used. ``continue_from`` (a
+    path, or a state already loaded) is where to start when there is no checkpoint: the final
+    state of an earlier, shorter run of the same trial; ``final_state`` is where ``finish`` writes
+    the state at the end. ``root=None`` keeps no checkpoints. ``stop`` defaults to a StopRequest on
+    SIGTERM and SIGINT; ``ctx`` to the torchrun environment.
+    """
+
+    def __init__(
+        self,
+        key: Any,
+        inputs: Sequence[str | Path] = (),
+        *,
+        root: str | Path | None = ".checkpoints",
+        keep: int = 2,
+        keep_checkpoints: bool = False,
+        continue_from: str | Path | Mapping[str, Any] | None = None,
+        final_state: str | Path | None = None,
+        stop: Stop | None = None,
+        ctx: DistContext | None = None,
+    ) -> None:
+        self.ctx = ctx or detect()
+        self.keep_checkpoints = keep_checkpoints
+        self.final_state = Path(final_state) if final_state else None
+        self.continue_from: dict[str, Any] | None = None
+        if isinstance(continue_from, Mapping):
+            # A copy: loading an optimizer state shares its tensors, which training then updates in place.
+            self.continue_from = copy.deepcopy(dict(continue_from))
+        elif continue_from is not None:
+            # Read now, so a bad file fails before training; its bytes are part of the run's identity.
+            self.continue_from = load_state(continue_from)
+            inputs = [*inputs, continue_from]
+        self.store = CheckpointStore(root, run_key(key, inputs), keep) if root is not None else None
+        self.stop: Stop = stop if stop is not None else StopRequest()
+        self._model: nn.Module | None = None
+        self._optimizer: Optimizer | None = None
+        self._extra: Callable[[], dict[str, Any]] | None = None
+        self._next: tuple[int, int] | None = None  # where training continues after the last completed epoch
+        self._skip: tuple[int, int] | None = None  # the resumed position, whose steps ``steps`` skips once
+
+    @classmethod
+    def from_args(
+        cls, args: argparse.Namespace, key: Any, inputs: Sequence[str | Path] = (), **kwargs: Any
+    ) -> Resumable:
+        """A Resumable from the options that ``add_resume_arguments`` added to the parser."""
+        return cls(
+            key,
+            inputs,
+            root=args.checkpoint_dir,
+            continue_from=args.continue_from,
+            final_state=args.final_state,
+            **kwargs,
+        )
+
+    def load(
+        self,
+        model: nn.Module,
+        optimizer: Optimizer | None = None,
+        extra: Callable[[], dict[str, Any]] | None = None,
+        first_epoch: int = 0,
+    ) -> Start:
+        """Restore model, optimizer and RNGs in place from the newest valid checkpoint, else from
+        ``continue_from``; say where to start.
+
+        Also registers what later checkpoints hold: ``extra`` returns the user's own state (best so
+        far, history...). It is called on every rank at the same point, so it may all-reduce.
+        """
+        self._model = model.module if isinstance(model, nn.parallel.DistributedDataParallel) else model
+        self._optimizer = optimizer
+        self._extra = extra
+        state = self.store.load_latest() if self.store else None
+        source = "checkpoint"
+        if state is None and self.continue_from is not None:
+            state, source = self.continue_from, "continued"
+        if state is None:
+            start = Start(first_epoch)
+        else:
+            self._model.load_state_dict(state["model"])
+            if optimizer is not None:
+                optimizer.load_state_dict(state["optimizer"])
+            set_rng_state(self._rng_of(state))
+            mine = {k: v for k, v in state.items() if k not in RESERVED}
+            start = Start(state["epoch"], state["step"], mine, source, state.get("path"))
+            if self.ctx.is_main and source == "continued":
+                log.info("continuing from epoch %d: the final state of an earlier run, %s", start.epoch, start.path)
+            elif self.ctx.is_main:
+                log.info(
+                    "resumed from epoch %d step %d (%s checkpoint %s)",
+                    start.epoch, start.step, state.get("reason", "periodic"), start.path,
+                )  # fmt: skip
+        self._next = self._skip = (start.epoch, start.step)
+        return start
+
+    def steps(self, batches: Iterable[T], epoch: int) -> Iterator[tuple[int, T]]:
+        """(step, batch) of one epoch, skipping the steps a resumed checkpoint already holds.
+
+        Before each step all ranks agree whether any was asked to stop; if so, rank 0
+        checkpoints this position and every rank raises TrainingStopped.
+        """
+        skip = self._skip[1] if self._skip and self._skip[0] == epoch else 0
+        self._skip = None
+        for step, batch in enumerate(batches):
+            if step < skip:
+                continue
+            if self._stop_agreed():
+                signum = getattr(self.stop, "signum", None)
+                signame = signal.Signals(signum).name if signum else "request"
+                self._checkpoint(epoch, step, signame)
+                # Every rank names the file rank 0 writes (it may still be writing it).
+                raise TrainingStopped(self.store.path(epoch, step) if self.store else None, epoch, step, signame)
+            yield step, batch
+        self._next = (epoch + 1, 0)
+
+    def save(self, next_epoch: int | None = None, next_step: int = 0) -> Path | None:
+        """A checkpoint (every rank calls it; rank 0 writes, atomically; the last ``keep`` stay).
+
+        A rerun continues at the epoch after the one ``steps`` last completed, or at
+        (``next_epoch``, ``next_step``) if given.
+        """
+        epoch, step = self._position(next_epoch, next_step)
+        return self._checkpoint(epoch, step, "periodic")
+
+    def finish(self, next_epoch: int | None = None) -> dict[str, Any]:
+        """End of training (every rank): the final state, written to ``final_state`` if set; the
+        checkpoints removed unless ``keep_checkpoints``. Returns the state on rank 0, {} elsewhere.
+
+        A later run given the state as ``continue_from`` with more epochs continues exactly.
+        """
+        epoch, step = self._position(next_epoch, 0)
+        # A copy: the caller may load other weights (its best epoch's) into the model next.
+        state = copy.deepcopy(self._state(epoch, step, "end of run"))
+        if not self.ctx.is_main:
+            return {}
+        if self.final_state:
+            save_state(state, self.final_state)
+            log.info("final state (epoch %d next): %s", epoch, self.final_state)
+        if self.store and not self.keep_checkpoints:
+            self.store.remove_all()
+        return state
+
+    def _position(self, next_epoch: int | None, next_step: int) -> tuple[int, int]:
+        if next_epoch is not None:
+            return next_epoch, next_step
+        if self._next is None:
+            raise RuntimeError("call Resumable.load(model, ...) before saving: it says what a checkpoint holds")
+        return self._next
+
+    def _stop_agreed(self) -> bool:
+        """Any rank's request counts for all, so every rank stops at the same step."""
+        wanted = bool(self.stop.requested)
+        if not self.ctx.distributed:
+            return wanted
+        return all_sum([1.0 if wanted else 0.0], self.ctx)[0] > 0
+
+    def _checkpoint(self, epoch: int, step: int, reason: str) -> Path | None:
+        if self.store is None:
+            return None
+        state = self._state(epoch, step, reason)
+        if not self.ctx.is_main:
+            return None
+        path = self.store.save(state, epoch, step)
+        log.info("checkpoint (%s): %s", reason, path)
+        return path
+
+    def _state(self, epoch: int, step: int, reason: str) -> dict[str, Any]:
+        """Collective: every rank's RNG states and the user's extra state (which may all-reduce)."""
+        if self._model is None:
+            raise RuntimeError("call Resumable.load(model, ...) before saving: it says what a checkpoint holds")
+        extra = self._extra() if self._extra else {}
+        clash = RESERVED & extra.keys()
+        if clash:
+            raise ValueError(f"extra state may not use the checkpoint's own keys: {', '.join(sorted(clash))}")
+        rng = rng_state()
+        state = {
+            "epoch": epoch,
+            "step": step,
+            "model": self._model.state_dict(),
+            "optimizer": self._optimizer.state_dict() if self._optimizer else None,
+            "rng": rng,
+            "reason": reason,
+            **extra,
+        }
+        if self.ctx.distributed:
+            state["rng_ranks"] = all_gather(rng, self.ctx)
+        return state
+
+    def _rng_of(self, state: Mapping[str, Any]) -> dict[str, Any]:
+        """This rank's RNG states; rank 0's when the state comes from another number of processes."""
+        ranks = state.get("rng_ranks")
+        if ranks and len(ranks) == self.ctx.world_size:
+            return dict(ranks[self.ctx.rank])
+        return dict(state["rng"])

@@ -1,0 +1,283 @@
+"""The public resume helper on a plain PyTorch loop that is not ESOL: stop, resume, continue, torchrun.
+
+The loop below is what a user's own ``train.py`` looks like after adopting ``snakedvc.torch``;
+this file also runs as that script (``python tests/test_resume.py ...``) for the torchrun test.
+It has what makes an exact resume non-trivial: dropout drawn from the global RNG, seeded
+differently on every rank, SGD with momentum, and a history kept in the checkpoint.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import torch
+from torch import nn
+
+from snakedvc.torch import EXIT_CHECKPOINTED, Resumable, TrainingStopped, add_resume_arguments
+from snakedvc.torch.distributed import session
+
+BATCH = 16
+N_SAMPLES = 256
+STEPS_PER_EPOCH = N_SAMPLES // BATCH
+
+
+def parse(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description="a toy regression trained resumably")
+    parser.add_argument("--data", required=True, help="a .pt file holding tensors X and y")
+    parser.add_argument("--out", required=True, help="where rank 0 writes the final weights")
+    parser.add_argument("--epochs", type=int, default=6)
+    parser.add_argument("--lr", type=float, default=0.01)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--keep", type=int, default=2, help="checkpoints kept during training")
+    parser.add_argument("--kill-at", type=int, help="send SIGTERM to this process after this many steps")
+    parser.add_argument("--step-sleep", type=float, default=0.0, help="seconds per step (a slow run to interrupt)")
+    add_resume_arguments(parser)
+    return parser.parse_args(argv)
+
+
+def train(argv: list[str]) -> list[float]:
+    """The user's loop. Returns the history; rank 0 writes the final weights to --out."""
+    args = parse(argv)
+    with session() as ctx:
+        torch.manual_seed(args.seed + ctx.rank)  # dropout differs per rank; checkpoints keep every rank's RNG
+        data = torch.load(args.data, weights_only=True)
+        X, y = data["X"], data["y"]
+        model = nn.Sequential(nn.Linear(X.shape[1], 32), nn.ReLU(), nn.Dropout(0.3), nn.Linear(32, 1))
+        optimizer = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
+        hparams = {"epochs": args.epochs, "lr": args.lr, "seed": args.seed}
+
+        # -- the helper: five calls --
+        resume = Resumable.from_args(args, hparams, inputs=[args.data], keep=args.keep, ctx=ctx)
+        history: list[float] = []
+        start = resume.load(model, optimizer, extra=lambda: {"history": history})
+        history = start.extra.get("history", [])
+        net = nn.parallel.DistributedDataParallel(model) if ctx.distributed else model
+        done = 0
+        for epoch in range(start.epoch, args.epochs):
+            # Batch order: a pure function of (seed, epoch), the same on every rank.
+            order = torch.randperm(len(X), generator=torch.Generator().manual_seed(args.seed * 1000 + epoch))
+            net.train()
+            for _step, batch in resume.steps(order.split(BATCH), epoch):
+                mine = batch[ctx.rank :: ctx.world_size]
+                loss = ((net(X[mine]).squeeze(-1) - y[mine]) ** 2).mean()
+                optimizer.zero_grad()
+                loss.backward()
+                optimizer.step()
+                done += 1
+                if done == args.kill_at:
+                    os.kill(os.getpid(), signal.SIGTERM)  # what SLURM sends; the next step is where all ranks stop
+                time.sleep(args.step_sleep)
+            model.eval()
+            with torch.no_grad():
+                history.append(float(((model(X).squeeze(-1) - y) ** 2).mean()))
+            if ctx.is_main:
+                print(f"epoch {epoch} loss {history[-1]:.6f}", flush=True)
+            resume.save()
+        resume.finish()
+        # -- end of the helper --
+
+        if ctx.is_main:
+            torch.save(model.state_dict(), args.out)
+        return history
+
+
+def main() -> int:
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    try:
+        train(sys.argv[1:])
+    except TrainingStopped as stopped:
+        print(f"rank {os.environ.get('RANK', '0')}: {stopped}", flush=True)
+        return EXIT_CHECKPOINTED
+    return 0
+
+
+# ---------------------------------------------------------------- tests
+
+
+@pytest.fixture(autouse=True)
+def own_signal_handlers() -> Iterator[None]:
+    """Resumable installs SIGTERM/SIGINT handlers in this process: give pytest its own back."""
+    saved = {signum: signal.getsignal(signum) for signum in (signal.SIGTERM, signal.SIGINT)}
+    yield
+    for signum, handler in saved.items():
+        signal.signal(signum, handler)
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory) -> Path:
+    generator = torch.Generator().manual_seed(0)
+    X = torch.randn(N_SAMPLES, 8, generator=generator)
+    y = X @ torch.randn(8, generator=generator) + 0.1 * torch.randn(N_SAMPLES, generator=generator)
+    path = tmp_path_factory.mktemp("data") / "data.pt"
+    torch.save({"X": X, "y": y}, path)
+    return path
+
+
+def run(data: Path, out: Path, *extra: str) -> tuple[list[float], dict[str, torch.Tensor]]:
+    """One in-process run; checkpoints in out/ckpt unless --checkpoint-dir is given."""
+    argv = ["--data", str(data), "--out", str(out / "model.pt"), "--checkpoint-dir", str(out / "ckpt"), *extra]
+    history = train(argv)
+    return history, torch.load(out / "model.pt", weights_only=True)
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(data, tmp_path_factory) -> tuple[list[float], dict[str, torch.Tensor]]:
+    return run(data, tmp_path_factory.mktemp("ref"))
+
+
+def assert_identical(a: tuple[list[float], dict[str, torch.Tensor]], b) -> None:
+    assert a[0] == b[0]
+    assert a[1].keys() == b[1].keys()
+    for name in a[1]:
+        assert torch.equal(a[1][name], b[1][name]), name
+
+
+def checkpoints(out: Path) -> list[str]:
+    return sorted(p.name for p in (out / "ckpt").glob("*/ckpt-*.pt"))
+
+
+@pytest.mark.parametrize("kill_at", [3, 2 * STEPS_PER_EPOCH + 5, 6 * STEPS_PER_EPOCH - 2], ids=["first", "mid", "last"])
+def test_sigterm_stops_at_the_next_step_and_the_rerun_is_bitwise_identical(
+    data, uninterrupted, tmp_path: Path, kill_at: int, caplog
+) -> None:
+    with pytest.raises(TrainingStopped) as stopped:
+        run(data, tmp_path, "--kill-at", str(kill_at))
+    epoch, step = divmod(kill_at, STEPS_PER_EPOCH)  # stopped before running step kill_at (0-based)
+    assert stopped.value.checkpoint is not None and stopped.value.checkpoint.is_file()
+    assert stopped.value.checkpoint.name == f"ckpt-e{epoch:05d}-s{step:06d}.pt"
+    assert f"stopped on SIGTERM at epoch {epoch} step {step}" in str(stopped.value)
+    assert not (tmp_path / "model.pt").exists()
+    with caplog.at_level(logging.INFO, logger="snakedvc"):
+        resumed = run(data, tmp_path)
+    assert f"resumed from epoch {epoch} step {step} (SIGTERM checkpoint" in caplog.text
+    assert_identical(uninterrupted, resumed)
+    assert checkpoints(tmp_path) == []  # removed at the end
+
+
+def test_corrupt_newest_checkpoint_is_skipped_with_a_warning(data, uninterrupted, tmp_path: Path, caplog) -> None:
+    with pytest.raises(TrainingStopped) as stopped:
+        run(data, tmp_path, "--keep", "5", "--kill-at", str(3 * STEPS_PER_EPOCH + 4))
+    newest = stopped.value.checkpoint
+    assert newest is not None
+    newest.write_bytes(newest.read_bytes()[:100])  # a write cut short, as by a full disk
+    with caplog.at_level(logging.INFO, logger="snakedvc"):
+        resumed = run(data, tmp_path, "--keep", "5")
+    assert f"skipping unreadable checkpoint {newest}" in caplog.text
+    assert "resumed from epoch 3 step 0 (periodic checkpoint" in caplog.text
+    assert_identical(uninterrupted, resumed)
+
+
+def test_checkpoint_of_other_params_is_never_used(data, uninterrupted, tmp_path: Path, caplog) -> None:
+    other, mine = tmp_path / "other", tmp_path / "mine"
+    with pytest.raises(TrainingStopped) as stopped:
+        run(data, other, "--lr", "0.003", "--kill-at", "20")
+    foreign = stopped.value.checkpoint
+    assert foreign is not None
+    # Other params, other folder: a run with the default lr does not even look there ...
+    assert Resumable({"epochs": 6, "lr": 0.01, "seed": 0}, [data], root=other / "ckpt").store.dir != foreign.parent
+    # ... and a checkpoint of theirs copied into its folder is skipped.
+    key_dir = Resumable({"epochs": 6, "lr": 0.01, "seed": 0}, [data], root=mine / "ckpt").store.dir
+    key_dir.mkdir(parents=True)
+    (key_dir / foreign.name).write_bytes(foreign.read_bytes())
+    with caplog.at_level(logging.INFO, logger="snakedvc"):
+        result = run(data, mine)
+    assert f"skipping checkpoint {key_dir / foreign.name}: it belongs to other params" in caplog.text
+    assert "resumed from" not in caplog.text
+    assert_identical(uninterrupted, result)
+
+
+def test_continue_from_a_final_state_equals_training_straight_through(data, tmp_path: Path, caplog) -> None:
+    straight = run(data, tmp_path / "straight", "--epochs", "6")
+    short = run(data, tmp_path / "short", "--epochs", "3", "--final-state", str(tmp_path / "state.pt"))
+    assert len(short[0]) == 3 and checkpoints(tmp_path / "short") == []
+    with caplog.at_level(logging.INFO, logger="snakedvc"):
+        longer = run(data, tmp_path / "longer", "--epochs", "6", "--continue-from", str(tmp_path / "state.pt"))
+    assert f"continuing from epoch 3: the final state of an earlier run, {tmp_path / 'state.pt'}" in caplog.text
+    assert_identical(straight, longer)
+    assert not torch.equal(short[1]["0.weight"], longer[1]["0.weight"])
+
+
+def test_continue_from_is_part_of_the_run_key(data, tmp_path: Path) -> None:
+    run(data, tmp_path / "a", "--epochs", "2", "--final-state", str(tmp_path / "a.pt"))
+    run(data, tmp_path / "b", "--epochs", "3", "--final-state", str(tmp_path / "b.pt"))
+    params = {"epochs": 6, "lr": 0.01, "seed": 0}
+    dirs = {Resumable(params, [data], continue_from=tmp_path / f"{n}.pt", root=tmp_path).store.dir for n in "ab"}
+    assert len(dirs) == 2
+
+
+def test_extra_state_may_not_overwrite_the_checkpoints_own_keys(tmp_path: Path) -> None:
+    resume = Resumable({"lr": 1}, root=tmp_path)
+    resume.load(nn.Linear(2, 1), extra=lambda: {"model": "mine"})
+    with pytest.raises(ValueError, match="model"):
+        resume.save(1)
+
+
+def test_save_before_load_is_an_error(tmp_path: Path) -> None:
+    with pytest.raises(RuntimeError, match="load"):
+        Resumable({"lr": 1}, root=tmp_path).save()
+
+
+@pytest.mark.slow
+def test_sigterm_to_torchrun_stops_both_ranks_at_one_step_and_the_rerun_matches(data, tmp_path: Path) -> None:
+    """Real signals: SIGTERM to torchrun mid-run; both ranks stop at one step; the rerun resumes exactly."""
+    from tests.conftest import venv_env
+
+    def command(out: Path) -> list[str]:
+        return [
+            sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
+            "--no-python", "python", __file__, "--data", str(data), "--out", str(out / "model.pt"),
+            "--checkpoint-dir", str(out / "ckpt"), "--epochs", "8", "--step-sleep", "0.02",
+        ]  # fmt: skip
+
+    def launch(out: Path, name: str) -> tuple[subprocess.Popen[bytes], Path]:
+        out.mkdir(exist_ok=True)
+        log = out / f"{name}.log"
+        with open(log, "wb") as handle:
+            proc = subprocess.Popen(command(out), env=venv_env(), stdout=handle, stderr=subprocess.STDOUT)
+        return proc, log
+
+    reference, interrupted = tmp_path / "ref", tmp_path / "int"
+    proc, ref_log = launch(reference, "run")
+    assert proc.wait(timeout=600) == 0, ref_log.read_text()
+
+    proc, log = launch(interrupted, "first")
+    deadline = time.time() + 300
+    while time.time() < deadline and "epoch 2 loss" not in log.read_text() and proc.poll() is None:
+        time.sleep(0.05)
+    time.sleep(0.15)  # about half an epoch: aim mid-epoch (any step will do)
+    proc.send_signal(signal.SIGTERM)  # to torchrun alone, which passes it on to its workers
+    assert proc.wait(timeout=120) != 0  # non-zero: Snakemake would retry
+    text = log.read_text()
+    assert "epoch 7 loss" not in text, "the run ended before the signal: nothing was interrupted"
+    assert text.count("received SIGTERM") == 2, text
+    # Both ranks took the checkpoint-and-stop path at the same step (and exit 75 there).
+    stops = re.findall(r"rank (\d): stopped on SIGTERM at epoch (\d+) step (\d+)", text)
+    assert sorted(rank for rank, _, _ in stops) == ["0", "1"], text
+    assert len({(epoch, step) for _, epoch, step in stops}) == 1, stops
+    epoch, step = int(stops[0][1]), int(stops[0][2])
+    assert f"ckpt-e{epoch:05d}-s{step:06d}.pt" in checkpoints(interrupted)
+    assert not (interrupted / "model.pt").exists()
+
+    proc, log = launch(interrupted, "rerun")
+    assert proc.wait(timeout=600) == 0, log.read_text()
+    assert f"resumed from epoch {epoch} step {step} (SIGTERM checkpoint" in log.read_text()
+    ref = torch.load(reference / "model.pt", weights_only=True)
+    res = torch.load(interrupted / "model.pt", weights_only=True)
+    assert all(torch.equal(ref[k], res[k]) for k in ref)
+    losses = re.compile(r"^epoch \d+ loss \S+$", re.MULTILINE)
+    assert losses.findall(ref_log.read_text())[epoch:] == losses.findall(log.read_text())
+    assert checkpoints(interrupted) == []
+
+
+if __name__ == "__main__":
+    sys.exit(main())
