@@ -40,7 +40,7 @@ def test_defaults_are_filled(schema: dict) -> None:
     assert cfg["train"]["lr"] == 0.01
     assert cfg["train"]["batch_size"] == 64
     assert cfg["featurise"]["radius"] == 2
-    assert cfg["resources"]["train"]["gpu"] == 0
+    assert cfg["resources"]["train"]["gpu"] == 1
 
 
 @pytest.mark.parametrize(

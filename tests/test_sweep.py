@@ -6,20 +6,37 @@ import copy
 
 import pytest
 import torch
+import yaml
 
 from esol.config import TrainConfig
 from esol.train import train_model
 from snakedvc.config import ConfigError, load_schema, validate_config
-from snakedvc.sweep import Rung, SweepPlan, build_trials, expand_space, promote, schedule, total_epochs
+from snakedvc.sweep import (
+    Rung,
+    SweepPlan,
+    build_trials,
+    expand_space,
+    promote,
+    read_trial_metrics,
+    schedule,
+    total_epochs,
+)
 from snakedvc.torch.checkpoint import load_state, save_state
-from tests.conftest import SCHEMA
+from snakedvc.workflow import kit_schema
+from tests.conftest import REPO, SCHEMA
 from tests.test_train import esol_features  # noqa: F401 - fixture
 
 SCHEMA_DICT = load_schema(SCHEMA)
+ESOL_CONFIG = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
 
 
 def sweep_config(**sweep: object) -> dict:
-    return validate_config({"sweep": {"enabled": True, **sweep}}, SCHEMA_DICT)
+    """ESOL's config as snakedvc.configure leaves it, with the sweep enabled and these settings."""
+    user = validate_config({k: v for k, v in ESOL_CONFIG.items() if k != "snakedvc"}, SCHEMA_DICT)
+    kit = copy.deepcopy(ESOL_CONFIG["snakedvc"])
+    kit["schema"] = str(SCHEMA)
+    kit["sweep"].update(enabled=True, **sweep)
+    return {**user, "snakedvc": validate_config(kit, kit_schema())}
 
 
 def epochs_by_simulation(n_trials: int, rungs: list[Rung]) -> int:
@@ -52,7 +69,7 @@ def test_schedule_total_matches_a_per_trial_count(n: int, min_epochs: int, eta: 
 
 
 def test_schedule_rejects_min_epochs_above_the_budget() -> None:
-    with pytest.raises(ConfigError, match="sweep.min_epochs"):
+    with pytest.raises(ConfigError, match="snakedvc.sweep.min_epochs"):
         schedule(4, "successive_halving", min_epochs=10, eta=2, max_epochs=5)
 
 
@@ -69,17 +86,44 @@ def test_grid_is_every_combination_in_order() -> None:
 @pytest.mark.parametrize(
     ("space", "method", "message"),
     [
-        ({"train.lr": [1, 2, 3], "train.seed": [1, 2, 3]}, "grid", "sweep.max_trials.*9 trials"),
-        ({"train.lr": {"low": 0.1, "high": 1}}, "grid", "sweep.space.train.lr.*list"),
-        ({"train.max_epochs": [1, 2]}, "grid", "sweep.space.train.max_epochs.*set by the sweep"),
-        ({"split.seed": [1, 2]}, "grid", "sweep.space.split.seed"),
-        ({}, "grid", "sweep.space.*empty"),
-        ({"train.lr": {"low": 0, "high": 1, "log": True}}, "random", "sweep.space.train.lr"),
+        ({"train.lr": [1, 2, 3], "train.seed": [1, 2, 3]}, "grid", "snakedvc.sweep.max_trials.*9 trials"),
+        ({"train.lr": {"low": 0.1, "high": 1}}, "grid", "snakedvc.sweep.space.train.lr.*list"),
+        ({"train.max_epochs": [1, 2]}, "grid", "space.train.max_epochs.*budget key.*not searchable"),
+        ({"split.seed": [1, 2]}, "grid", "space.split.seed.*not searchable; snakedvc.sweep.searchable allows"),
+        ({"train.lrr": [1, 2]}, "grid", r"space.train.lrr.*no such key \(did you mean train.lr\?\)"),
+        ({"snakedvc.tracking": [True, False]}, "grid", "kit's own settings"),
+        ({}, "grid", "snakedvc.sweep.space.*empty"),
+        ({"train.lr": {"low": 0, "high": 1, "log": True}}, "random", "snakedvc.sweep.space.train.lr"),
     ],
 )
 def test_bad_spaces_name_the_key(space: dict, method: str, message: str) -> None:
+    config = sweep_config(space=space, method=method)
     with pytest.raises(ConfigError, match=message):
-        expand_space(space, method, 8, 0)
+        build_trials(config, SCHEMA_DICT)
+
+
+def test_any_key_of_any_depth_is_searchable_when_the_workflow_allows_it() -> None:
+    # A workflow that is not ESOL: no schema, a nested key, accuracy to maximise.
+    config = {
+        "model": {"net": {"width": 8}, "epochs": 4},
+        "snakedvc": validate_config(
+            {"sweep": {"enabled": True, "metric": "accuracy", "direction": "max", "budget": "model.epochs",
+                       "space": {"model.net.width": [8, 16]}, "min_epochs": 1}},
+            kit_schema(),
+        ),
+    }  # fmt: skip
+    plan = SweepPlan.from_config(config)
+    assert [t.config["model"]["net"]["width"] for t in plan.trials] == [8, 16]
+    assert [(r.epochs, r.size) for r in plan.rungs] == [(1, 2), (2, 1), (4, 1)]
+    assert plan.trial_config("t001", 0) == {"model": {"net": {"width": 16}, "epochs": 1}}
+
+
+@pytest.mark.parametrize("missing", ["metric", "budget"])
+def test_an_enabled_sweep_needs_its_metric_and_budget(missing: str) -> None:
+    config = sweep_config(space={"train.lr": [0.1]})
+    config["snakedvc"]["sweep"][missing] = ""
+    with pytest.raises(ConfigError, match=f"snakedvc.sweep.{missing}.*required"):
+        SweepPlan.from_config(config)
 
 
 def test_random_draws_are_seeded_and_in_range() -> None:
@@ -100,10 +144,12 @@ def test_random_draws_are_seeded_and_in_range() -> None:
 
 
 def test_invalid_trial_values_are_reported_per_trial_not_for_the_sweep() -> None:
+    # The config carries the kit's own section, as in a workflow: trials are checked without it.
     config = sweep_config(space={"train.dropout": [0.1, 1.5], "train.lr": [0.01]})
     trials = build_trials(config, SCHEMA_DICT)
     assert [t.id for t in trials] == ["t000", "t001"]
     assert trials[0].valid and trials[0].config["train"]["dropout"] == 0.1
+    assert "snakedvc" not in trials[0].config
     assert not trials[1].valid
     assert "train.dropout" in trials[1].error and "1.5" in trials[1].error
 
@@ -111,38 +157,84 @@ def test_invalid_trial_values_are_reported_per_trial_not_for_the_sweep() -> None
 def test_rungs_are_sized_for_the_valid_trials_and_an_all_invalid_sweep_is_refused() -> None:
     config = sweep_config(space={"train.dropout": [0.1, 0.2, 1.5, 2.0]}, min_epochs=1)
     config["train"]["max_epochs"] = 4
-    plan = SweepPlan.from_config(config, SCHEMA_DICT)
+    plan = SweepPlan.from_config(config)
     assert [t.id for t in plan.valid_trials] == ["t000", "t001"]
     assert [(r.epochs, r.size) for r in plan.rungs] == [(1, 2), (2, 1), (4, 1)]
     config = sweep_config(space={"train.dropout": [1.5, 2.0]})
     with pytest.raises(ConfigError, match="every trial is invalid.*train.dropout"):
-        SweepPlan.from_config(config, SCHEMA_DICT)
+        SweepPlan.from_config(config)
 
 
-def test_plan_gives_each_rung_its_epochs_and_features_only_where_they_differ() -> None:
+def test_plan_gives_each_rung_its_epochs_and_a_section_variant_only_where_it_differs() -> None:
     config = sweep_config(space={"featurise.radius": [2, 3], "train.lr": [0.01]}, min_epochs=2)
     config["train"]["max_epochs"] = 8
-    plan = SweepPlan.from_config(config, SCHEMA_DICT)
+    plan = SweepPlan.from_config(config)
     assert [(r.epochs, r.size) for r in plan.rungs] == [(2, 2), (4, 1), (8, 1)]
-    assert plan.features_key("t000") is None  # radius 2 is the workflow's own featurisation
-    key = plan.features_key("t001")
-    assert key is not None and plan.featurise_by_key()[key]["radius"] == 3
-    assert plan.train_section("t000", 1)["max_epochs"] == 4
-    assert plan.train_section("t000", 1)["lr"] == 0.01
+    assert plan.section_variant("t000", "featurise") is None  # radius 2 is the workflow's own featurisation
+    key = plan.section_variant("t001", "featurise")
+    assert key is not None and plan.variants("featurise")[key]["radius"] == 3
+    assert plan.trial_config("t000", 1)["train"]["max_epochs"] == 4
+    assert plan.trial_config("t000", 1)["train"]["lr"] == 0.01
     assert plan.keep_after(0) == 1 and plan.keep_after(2) == 1
 
 
-def test_promotion_ranks_by_validation_and_excludes_failures() -> None:
+def test_trial_rule_helpers_give_the_contract_files_and_quoted_arguments() -> None:
+    config = sweep_config(space={"train.lr": [0.01, 0.02]}, dir="it's here", min_epochs=2)
+    plan = SweepPlan.from_config(config)
+    outputs = plan.outputs(model="model.pt")
+    assert outputs["metrics"] == r"it's here/sweep/trials/{trial,t\d{3}}/rung{rung,\d+}/metrics.json"
+    assert outputs["state"].endswith("/state.pt") and outputs["model"].endswith("/model.pt")
+
+    class Wildcards:
+        trial, rung = "t001", "1"
+
+    assert plan.previous_state(Wildcards) == ["it's here/sweep/trials/t001/rung0/state.pt"]
+    args = plan.trial_args("--resume-from", "--state-out", metrics_flag="--result")(Wildcards)
+    assert args == (
+        "--state-out 'it'\"'\"'s here/sweep/trials/t001/rung1/state.pt' "
+        "--resume-from 'it'\"'\"'s here/sweep/trials/t001/rung0/state.pt' "
+        "--result 'it'\"'\"'s here/sweep/trials/t001/rung1/metrics.json'"
+    )
+    assert '"max_epochs": 4' in plan.section("train")(Wildcards) and '"lr": 0.02' in plan.section("train")(Wildcards)
+
+
+@pytest.mark.parametrize(
+    ("direction", "ranking"), [("min", ["t002", "t000", "t003"]), ("max", ["t000", "t003", "t002"])]
+)
+def test_promotion_ranks_by_the_metric_in_its_direction_and_excludes_failures(direction: str, ranking: list) -> None:
     results = {
-        "t000": {"status": "ok", "valid_rmse": 1.2},
+        "t000": {"status": "ok", "metric": 1.2},
         "t001": {"status": "failed", "error": "training diverged"},
-        "t002": {"status": "ok", "valid_rmse": 0.9},
-        "t003": {"status": "ok", "valid_rmse": 1.2},
+        "t002": {"status": "ok", "metric": 0.9},
+        "t003": {"status": "ok", "metric": 1.2},
     }
-    decision = promote(results, keep=2)
-    assert decision["ranking"] == ["t002", "t000", "t003"]
-    assert decision["survivors"] == ["t002", "t000"]
+    decision = promote(results, keep=2, direction=direction)
+    assert decision["ranking"] == ranking
+    assert decision["survivors"] == ranking[:2]
     assert decision["failed"] == ["t001"]
+
+
+@pytest.mark.parametrize(
+    ("content", "status", "error"),
+    [
+        ('{"accuracy": 0.9, "loss": 0.1}', "ok", None),
+        ('{"error": "training diverged at epoch 3"}', "failed", "training diverged at epoch 3"),
+        ('{"loss": 0.1}', "failed", "metric 'accuracy' is None"),
+        ('{"accuracy": NaN}', "failed", "metric 'accuracy' is nan"),
+        ('{"accuracy": true}', "failed", "metric 'accuracy' is True"),
+        ("[0.9]", "failed", "expected a JSON object"),
+        ("{", "failed", "unreadable metrics file"),
+    ],
+)
+def test_trial_metrics_file_gives_the_metric_or_why_the_trial_failed(tmp_path, content, status, error) -> None:
+    path = tmp_path / "metrics.json"
+    path.write_text(content)
+    result = read_trial_metrics(path, "accuracy")
+    assert result["status"] == status
+    if error is None:
+        assert result["metric"] == 0.9
+    else:
+        assert error in result["error"]
 
 
 def test_continuing_a_short_run_equals_one_long_run(esol_features, tmp_path) -> None:  # noqa: F811

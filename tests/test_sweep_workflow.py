@@ -20,14 +20,16 @@ from tests.test_slurm import wait_for_sacct
 SMALL_SWEEP = {
     "data": {"limit": 200},
     "train": {"max_epochs": 4, "hidden_sizes": [32], "patience": 10},
-    "sweep": {
-        "enabled": True,
-        "name": "small",
-        "method": "grid",
-        "space": {"train.lr": [0.001, 0.003], "train.batch_size": [32, 64], "train.dropout": [0.1, 0.3]},
-        "strategy": "successive_halving",
-        "min_epochs": 1,
-        "reduction_factor": 2,
+    "snakedvc": {
+        "sweep": {
+            "enabled": True,
+            "name": "small",
+            "method": "grid",
+            "space": {"train.lr": [0.001, 0.003], "train.batch_size": [32, 64], "train.dropout": [0.1, 0.3]},
+            "strategy": "successive_halving",
+            "min_epochs": 1,
+            "reduction_factor": 2,
+        }
     },
 }
 
@@ -53,7 +55,7 @@ def test_dry_run_shows_the_first_rung_trials_before_anything_runs(project: Path)
     shutil.copytree(REPO / "sweeps", project / "sweeps")
     proc = run_snakemake(project, "-n", "--configfile", "sweeps/esol.yaml")
     out = proc.stdout + proc.stderr
-    trained = re.findall(r"rule sweep_train:\n(?:.*\n)*?\s+output: results/sweeps/esol/trials/(t\d{3})/rung(\d+)", out)
+    trained = re.findall(r"rule sweep_trial:\n(?:.*\n)*?\s+output: results/sweeps/esol/trials/(t\d{3})/rung(\d+)/", out)
     assert sorted(trained) == [(f"t{i:03d}", "0") for i in range(8)]
     assert "checkpoint jobs" in out  # later rungs are decided at run time
 
@@ -66,15 +68,15 @@ def test_sweep_of_eight_trials_records_eight_experiments_and_halves_correctly(tm
     sweep_dir = repo / "results/sweeps/small"
 
     # The schedule: the epochs trained add up to the formula, and survivors continued (never restarted).
-    config = validate_config(SMALL_SWEEP, load_schema(SCHEMA))
+    config = validate_config({k: v for k, v in SMALL_SWEEP.items() if k != "snakedvc"}, load_schema(SCHEMA))
     rungs = schedule(8, "successive_halving", 1, 2, 4)
-    results = {p: json.loads(p.read_text()) for p in sweep_dir.glob("trials/*/rung*/result.json")}
+    results = {p: json.loads(p.read_text()) for p in sweep_dir.glob("trials/*/rung*/metrics.json")}
     assert len(results) == sum(r.size for r in rungs) == 14
     assert sum(r["epochs_trained"] for r in results.values()) == total_epochs(rungs) == 16
     for rung in rungs[1:]:
         previous = rungs[rung.index - 1].epochs
         for path in sweep_dir.glob(f"trials/*/rung{rung.index}"):
-            log = (repo / f"logs/sweeps/small/{path.parent.name}/rung{rung.index}.log").read_text()
+            log = (repo / f"logs/sweeps/small/{path.parent.name}/rung{rung.index}/train.log").read_text()
             assert f"continuing from epoch {previous + 1}: the final state of an earlier run" in log
             assert f"trials/{path.parent.name}/rung{rung.index - 1}/state.pt" in log
             assert epoch_lines(log) == list(range(previous + 1, rung.epochs + 1))
@@ -84,7 +86,12 @@ def test_sweep_of_eight_trials_records_eight_experiments_and_halves_correctly(tm
     # Promotion by validation RMSE: each rung keeps the best half of the one before.
     decisions = [json.loads((sweep_dir / f"rungs/rung{r.index}.json").read_text()) for r in rungs]
     for rung, decision in zip(rungs, decisions, strict=True):
-        ranked = sorted(decision["results"], key=lambda t: decision["results"][t]["valid_rmse"])
+        ranked = sorted(decision["results"], key=lambda t: decision["results"][t]["metric"])
+        assert all(
+            decision["results"][t]["metric"]
+            == pytest.approx(results[sweep_dir / f"trials/{t}/rung{rung.index}/metrics.json"]["valid_rmse"])
+            for t in ranked
+        )
         assert decision["ranking"] == ranked and len(ranked) == rung.size
     for before, after in zip(decisions, decisions[1:], strict=False):
         assert sorted(after["results"]) == sorted(before["survivors"])
@@ -94,23 +101,27 @@ def test_sweep_of_eight_trials_records_eight_experiments_and_halves_correctly(tm
     exps = sweep_experiments(repo)
     trial_exps = {n: e for n, e in exps.items() if n.startswith("small-")}
     assert sorted(trial_exps) == [f"small-t{i:03d}" for i in range(8)]
-    plan = json.loads((sweep_dir / "plan.json").read_text())
+    plan = json.loads((sweep_dir / "report/plan.json").read_text())
     summary = pd.read_csv(sweep_dir / "report/summary.csv").set_index("trial")
     for trial in plan["trials"]:
         exp = trial_exps[f"small-{trial['trial']}"]
         for key, value in trial["overrides"].items():
             section, field = key.split(".")
             assert exp["params"][section][field] == value
-        assert exp["params"]["sweep"]["trial"] == trial["trial"]
         assert exp["params"]["data"] == config["data"]
         assert exp["trial"]["valid_rmse"] == pytest.approx(summary.loc[trial["trial"], "valid_rmse"], rel=1e-5)
         assert exp["trial"]["rung"] == summary.loc[trial["trial"], "rung"]
         assert exp["trial"]["best"] == int(trial["trial"] == best)
     # The winner was evaluated once on test, with the model its last rung trained.
-    final = json.loads((sweep_dir / "report/metrics.json").read_text())
-    assert trial_exps[f"small-{best}"]["trial"]["test_rmse"] == pytest.approx(final["rmse"])
+    final = json.loads((sweep_dir / "final/metrics.json").read_text())
+    assert trial_exps[f"small-{best}"]["trial"]["final"]["rmse"] == pytest.approx(final["rmse"])
+    assert all("final" not in e["trial"] for n, e in trial_exps.items() if n != f"small-{best}")
+    # A trial's params are its config at the last rung it reached: the budget is that rung's epochs.
+    reached = summary.loc[best, "rung"]
+    assert trial_exps[f"small-{best}"]["params"]["train"]["max_epochs"] == rungs[reached].epochs
     assert md5(sweep_dir / f"report/trials/{best}/model.pt") == md5(sweep_dir / f"trials/{best}/rung2/model.pt")
-    assert (sweep_dir / "report/valid_loss.png").read_bytes()[:4] == b"\x89PNG"
+    assert (sweep_dir / "report/rungs.png").read_bytes()[:4] == b"\x89PNG"
+    assert not (sweep_dir / f"report/trials/{best}/state.pt").exists()  # the report leaves states out
     # The report (every trial's final model) is in DVC, and the experiments point at it.
     assert (sweep_dir / "report.dvc").is_file()
     assert dvc(repo, "status", "--quiet", check=False).returncode == 0
@@ -120,14 +131,14 @@ def test_sweep_of_eight_trials_records_eight_experiments_and_halves_correctly(tm
 def test_failing_trials_are_reported_and_excluded_and_the_sweep_completes(project: Path) -> None:
     sweep = json.loads(json.dumps(SMALL_SWEEP))
     # 6 trials: dropout 1.5 is invalid (3 trials, caught before any job); lr 1e30 diverges (1 trial, at run time).
-    sweep["sweep"]["space"] = {"train.lr": [0.001, 0.003, 1e30], "train.dropout": [0.1, 1.5]}
+    sweep["snakedvc"]["sweep"]["space"] = {"train.lr": [0.001, 0.003, 1e30], "train.dropout": [0.1, 1.5]}
     name = write_sweep(project, sweep)
     proc = run_snakemake(project, "--profile", "profiles/local", "--configfile", name, "--cores", "2")
     out = proc.stdout + proc.stderr
     summary = pd.read_csv(project / "results/sweeps/small/report/summary.csv").set_index("trial")
     plan = {
         t["trial"]: t["overrides"]
-        for t in json.loads((project / "results/sweeps/small/plan.json").read_text())["trials"]
+        for t in json.loads((project / "results/sweeps/small/report/plan.json").read_text())["trials"]
     }
     invalid = [t for t, o in plan.items() if o["train.dropout"] == 1.5]
     diverged = [t for t, o in plan.items() if o["train.lr"] == 1e30 and o["train.dropout"] == 0.1]
@@ -143,7 +154,7 @@ def test_failing_trials_are_reported_and_excluded_and_the_sweep_completes(projec
     assert ok[ok["best"]].index[0] not in invalid + diverged
     # Reported in the printed summary too.
     assert "excluded:" in out and diverged[0] in out
-    assert json.loads((project / "results/sweeps/small/report/metrics.json").read_text())["n"] > 0
+    assert json.loads((project / "results/sweeps/small/final/metrics.json").read_text())["n"] > 0
 
 
 @pytest.mark.slurm
@@ -154,13 +165,20 @@ def test_sweep_through_slurm_records_eight_experiments(slurm_cluster, tmp_path: 
     name = write_sweep(repo, sweep)
     proc = run_snakemake(repo, "--profile", "profiles/slurm", "--configfile", name, timeout=1500)
     jobs = slurm_jobs_by_rule(proc.stdout + proc.stderr)
-    assert len(jobs["sweep_train"]) == 12
+    assert len(jobs["sweep_trial"]) == 12
     assert "sweep_rung" not in jobs and "track_sweep" not in jobs  # promotion and DVC on the submit host
     decision = json.loads((repo / "results/sweeps/small/rungs/rung1.json").read_text())
     best = decision["ranking"][0]
     exps = {n: e for n, e in sweep_experiments(repo).items() if n.startswith("small-")}
     assert len(exps) == 8
     assert [n for n, e in exps.items() if e["trial"]["best"] == 1] == [f"small-{best}"]
-    assert all(e["params"]["sweep"]["trial"] == n.split("-")[1] for n, e in exps.items())
-    accounted = wait_for_sacct(jobs["sweep_train"][0])
+    plan = {
+        t["trial"]: t["overrides"]
+        for t in json.loads((repo / "results/sweeps/small/report/plan.json").read_text())["trials"]
+    }
+    for name, exp in exps.items():
+        for key, value in plan[name.split("-")[1]].items():
+            section, field = key.split(".")
+            assert exp["params"][section][field] == value, (name, key)
+    accounted = wait_for_sacct(jobs["sweep_trial"][0])
     assert accounted["partition"] == "gpu" and "gres/gpu=1" in accounted["tres"]

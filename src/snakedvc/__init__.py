@@ -5,9 +5,11 @@ Public API (everything else is internal):
 In a Snakefile
 - ``configure(config, workflow)``: validate the config at start (the ``snakedvc`` key against
   the kit's schema, the rest against the workflow's own schema), with --config values typed.
-- ``module_path(name)``: a Snakemake module the kit ships (``"tracking"``).
+- ``module_path(name)``: a Snakemake module the kit ships (``"tracking"``, ``"sweep"``).
+- ``sweep_plan(config)``: the sweep of ``snakedvc.sweep``: the trial rule's outputs, params and
+  inputs (``outputs``, ``section``, ``trial_args``, ``log``, ``benchmark``), the winner (``best``).
 - ``tracked(config, *outputs)``: the ``.dvc`` targets that record outputs in DVC.
-- ``finish_run(config)``: in ``onsuccess``, save the run as a DVC experiment.
+- ``finish_run(config)``: in ``onsuccess``, save the run (or every sweep trial) as a DVC experiment.
 - ``ConfigError``, ``validate_config(config, schema)``: schema validation for a user's own checks.
 
 On the command line: ``snakedvc launch -- COMMAND`` (1 process, torchrun, srun + torchrun),
@@ -15,8 +17,18 @@ On the command line: ``snakedvc launch -- COMMAND`` (1 process, torchrun, srun +
 """
 
 from snakedvc.config import ConfigError, validate_config
+from snakedvc.sweep import plan as sweep_plan
 from snakedvc.tracking import finish_run
 from snakedvc.workflow import configure, module_path, tracked
 
 __version__ = "0.1.0"
-__all__ = ["ConfigError", "configure", "finish_run", "module_path", "tracked", "validate_config", "__version__"]
+__all__ = [
+    "ConfigError",
+    "configure",
+    "finish_run",
+    "module_path",
+    "sweep_plan",
+    "tracked",
+    "validate_config",
+    "__version__",
+]

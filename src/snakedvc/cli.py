@@ -58,49 +58,41 @@ def cmd_launch(args: argparse.Namespace) -> None:
 
 def cmd_sweep_promote(args: argparse.Namespace) -> None:
     from snakedvc.io import atomic_path
-    from snakedvc.sweep import promote, read_trial_result
+    from snakedvc.sweep import promote, read_trial_metrics
 
-    # Each input is .../trials/<trial>/rung<r>.
-    results = {Path(d).parent.name: read_trial_result(d) for d in args.trial_dirs}
-    decision = {"rung": args.rung, **promote(results, args.keep)}
+    # Each input is <sweep>/trials/<trial>/rung<r>/<metrics file>.
+    results = {Path(m).parent.parent.name: read_trial_metrics(m, args.metric) for m in args.metrics_files}
+    decision = {"rung": args.rung, "metric": args.metric, **promote(results, args.keep, args.direction)}
     with atomic_path(args.output) as tmp:
         tmp.write_text(json.dumps(decision, indent=2, sort_keys=True) + "\n")
     for trial in decision["failed"]:
         log.warning("rung %d: trial %s failed and is excluded: %s", args.rung, trial, results[trial].get("error"))
-    log.info("rung %d ranking %s; promoted %s", args.rung, decision["ranking"], decision["survivors"])
+    log.info("rung %d ranking by %s (%s): %s; promoted %s", args.rung, args.metric, args.direction,
+             decision["ranking"], decision["survivors"])  # fmt: skip
 
 
 def cmd_sweep_report(args: argparse.Namespace) -> None:
     import shutil
 
-    import pandas as pd
-
     from snakedvc.io import atomic_path
-    from snakedvc.sweep import format_summary, plot_valid_loss, summarise
+    from snakedvc.sweep import format_summary, plot_rungs, summarise
 
-    plan = json.loads(Path(args.plan).read_text())
-    final = Path(args.final)
-    metrics = json.loads((final / "metrics.json").read_text())
-    table = summarise(plan, args.sweep_dir, metrics)
+    plan = json.loads(args.plan)
+    decisions = [json.loads(Path(d).read_text()) for d in args.decisions]
+    table = summarise(plan, decisions)
     out = Path(args.output)
     out.mkdir(parents=True, exist_ok=True)
-    for name in ("metrics.json", "predictions.csv", "parity.png", "loss.csv"):
-        shutil.copyfile(final / name, out / name)
-    histories = {}
+    # Each completed trial's folder from the furthest rung it reached, without the state file.
     for row in table.itertuples():
         if row.status != "ok":
             continue
-        trial_dir = Path(args.sweep_dir) / "trials" / str(row.trial) / f"rung{int(row.rung)}"
-        (out / "trials" / str(row.trial)).mkdir(parents=True, exist_ok=True)
-        for name in ("model.pt", "history.csv"):
-            shutil.copyfile(trial_dir / name, out / "trials" / str(row.trial) / name)
-        histories[str(row.trial)] = pd.read_csv(trial_dir / "history.csv")
-    best = next((str(r.trial) for r in table.itertuples() if r.best), None)
-    plot_valid_loss(histories, best, out / "valid_loss.png")
+        source = Path(args.trials) / str(row.trial) / f"rung{int(row.rung)}"
+        shutil.copytree(source, out / "trials" / str(row.trial), ignore=shutil.ignore_patterns(args.leave_out))
+    plot_rungs(plan, decisions, out / "rungs.png")
     with atomic_path(out / "summary.csv") as tmp:
         table.to_csv(tmp, index=False, float_format="%.6g")
-    shutil.copyfile(args.plan, out / "plan.json")
-    text = format_summary(table)
+    (out / "plan.json").write_text(json.dumps(plan, indent=2, sort_keys=True) + "\n")
+    text = format_summary(table, plan["metric"])
     (out / "summary.txt").write_text(text + "\n")
     log.info("sweep %s (%d epochs scheduled):\n%s", plan["name"], plan["total_epochs"], text)
     print(text)
@@ -136,17 +128,20 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--procs-per-node", type=int, default=1, help="processes per node (one per GPU)")
     p.add_argument("command_args", nargs=argparse.REMAINDER, help="-- then the command, e.g. -- python train.py ...")
 
-    p = step("sweep-promote", cmd_sweep_promote, "rank one rung's trials by validation RMSE; keep the best")
+    p = step("sweep-promote", cmd_sweep_promote, "rank one rung's trials by their metric; keep the best")
     p.add_argument("--rung", type=int, required=True)
     p.add_argument("--keep", type=int, required=True, help="how many trials go on to the next rung")
+    p.add_argument("--metric", required=True, help="the key in each trial's metrics file")
+    p.add_argument("--direction", choices=["min", "max"], required=True)
     p.add_argument("--output", required=True)
-    p.add_argument("trial_dirs", nargs="*", help="the rung's trial directories (.../trials/<trial>/rung<r>)")
+    p.add_argument("metrics_files", nargs="*", help="the rung's trial metrics files (.../trials/<trial>/rung<r>/...)")
 
-    p = step("sweep-report", cmd_sweep_report, "sweep summary table, validation-loss plot, best model's files")
-    p.add_argument("--plan", required=True, help="the sweep plan (JSON file)")
-    p.add_argument("--sweep-dir", required=True)
-    p.add_argument("--final", required=True, help="directory with the best trial's test evaluation")
+    p = step("sweep-report", cmd_sweep_report, "sweep summary table, metric plot, every trial's files")
+    p.add_argument("--plan", required=True, help="the sweep plan (JSON)")
+    p.add_argument("--trials", required=True, help="the sweep's trials folder")
+    p.add_argument("--leave-out", default="state.pt", help="file of a trial folder not copied (its state)")
     p.add_argument("--output", required=True, help="report directory")
+    p.add_argument("decisions", nargs="+", help="every rung's decision file, in order")
 
     p = step("track", cmd_track, "dvc add finished outputs (serialised; submit host only)")
     p.add_argument("paths", nargs="+")

@@ -264,63 +264,76 @@ def restore(name: str, params_file: str = "results/params.yaml", root: Path | st
     log.info("restored experiment %s; outputs marked up to date", name)
 
 
-def finish_run(config: dict[str, Any], root: Path | str = ".") -> str | None:
-    """End of a successful run: save it as a DVC experiment when tracking is on and this is a DVC repo."""
+def finish_run(config: dict[str, Any], root: Path | str = ".") -> list[str]:
+    """End of a successful run: save it as a DVC experiment (a sweep: one per trial).
+
+    Only when tracking is on and this is a DVC repository. Returns the experiments' names.
+    """
     if not (config.get(KEY) or {}).get("tracking", True) or os.environ.get(SKIP_SAVE_ENV) == "1":
-        return None
+        return []
     if not is_dvc_repo(root):
         log.info("not a DVC repository (no .dvc/): run not recorded")
-        return None
-    return save_experiment(config, root=root)
+        return []
+    if ((config.get(KEY) or {}).get("sweep") or {}).get("enabled"):
+        return finish_sweep(config, root)
+    return [save_experiment(config, root=root)]
 
 
-TRIAL_METRICS = Path("results") / "trial.json"
-
-
-def finish_sweep(config: dict[str, Any], plan: Any, report: Path | str, root: Path | str = ".") -> list[str]:
+def finish_sweep(config: dict[str, Any], root: Path | str = ".") -> list[str]:
     """Save every completed trial of a sweep as its own DVC experiment, `<sweep>-<trial>`.
 
-    Each holds the trial's effective params (results/params.yaml), its validation metrics, the
-    rung it reached and whether it won (results/trial.json; the winner also has its test RMSE),
-    and the sweep report (every trial's final model and history) through report.dvc.
-    The winner is saved last, so the workspace's params are the winner's afterwards.
+    Each holds the trial's effective params (its config at the last rung it reached), its
+    results in ``snakedvc.sweep.trial_metrics`` (the metric, rung, epochs, whether it won, and
+    ``final_metrics`` for the winner) and the sweep report through its .dvc file. Nothing is
+    saved before the report exists (a run that asked for other targets). The winner is saved
+    last, so the workspace's params are the winner's afterwards.
     """
     import pandas as pd
 
-    kit = config.get(KEY) or {}
-    if not kit.get("tracking", True) or os.environ.get(SKIP_SAVE_ENV) == "1" or not is_dvc_repo(root):
+    from snakedvc.sweep import plan as sweep_plan
+
+    sweep = sweep_plan(config)
+    settings = sweep.settings
+    base = Path(root)
+    report = Path(sweep.report)
+    if not (base / report / "summary.csv").is_file():
+        log.info("sweep %s: no report yet (%s), no experiments saved", sweep.name, report)
         return []
     params_file = experiment_settings(config)["params"]
-    base = Path(root)
-    report_dir = Path(report)
-    table = pd.read_csv(base / report_dir / "summary.csv")
+    table = pd.read_csv(base / report / "summary.csv")
     done = table[table["status"] == "ok"].sort_values("best", kind="stable")
-    extra = [str(report_dir) + ".dvc", str(report_dir.parent / ".gitignore")]
+    final: dict[str, Any] = {}
+    if settings["final_metrics"]:
+        final_path = base / sweep.root / settings["final_metrics"]
+        if not final_path.is_file():
+            raise TrackingError(
+                f"sweep {sweep.name}: snakedvc.sweep.final_metrics names {settings['final_metrics']}, "
+                "which the run did not produce"
+            )
+        final = json.loads(final_path.read_text())
+    extra = [f"{report}.dvc", str(report.parent / ".gitignore")]
+    trial_metrics = base / settings["trial_metrics"]
     saved = []
-    for row in done.itertuples():
-        trial = plan.trial(row.trial)
-        metrics = {
-            "valid_rmse": float(row.valid_rmse),
-            "rung": int(row.rung),
-            "epoch": int(row.epoch),
-            "epochs_trained": int(row.epochs_trained),
-            "best": int(bool(row.best)),
-        }
-        if row.best and not pd.isna(row.test_rmse):
-            metrics["test_rmse"] = float(row.test_rmse)
-        with atomic_path(base / TRIAL_METRICS) as tmp:
-            tmp.write_text(json.dumps(metrics, indent=2, sort_keys=True) + "\n")
-        params = {**trial.config, "sweep": {**config["sweep"], "trial": trial.id}, KEY: kit}
-        files = [params_file, str(TRIAL_METRICS), *(f for f in extra if (base / f).is_file())]
+    for row in done.to_dict("records"):  # records: a metric's name need not be an identifier
+        trial, rung = str(row["trial"]), int(row["rung"])
+        results: dict[str, Any] = {settings["metric"]: float(row[settings["metric"]]), "rung": rung,
+                                   "epochs": int(row["epochs"]), "best": int(bool(row["best"]))}  # fmt: skip
+        if row["best"] and final:
+            results["final"] = final
+        with atomic_path(trial_metrics) as tmp:
+            tmp.write_text(json.dumps(results, indent=2, sort_keys=True) + "\n")
+        params = {**sweep.trial_config(trial, rung), KEY: config.get(KEY) or {}}
+        files = [params_file, settings["trial_metrics"], *(f for f in extra if (base / f).is_file())]
+        overrides = sweep.trial(trial).overrides
         saved.append(
             save_experiment(
                 params,
-                name=f"{plan.name}-{trial.id}",
-                message=f"sweep {plan.name} trial {trial.id}: {trial.overrides}",
+                name=f"{sweep.name}-{trial}",
+                message=f"sweep {sweep.name} trial {trial}: {overrides}",
                 root=root,
                 files=files,
             )
         )
-    (base / TRIAL_METRICS).unlink(missing_ok=True)
-    log.info("sweep %s: %d trial experiments saved", plan.name, len(saved))
+    trial_metrics.unlink(missing_ok=True)
+    log.info("sweep %s: %d trial experiments saved", sweep.name, len(saved))
     return saved

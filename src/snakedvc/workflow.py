@@ -19,7 +19,7 @@ from snakedvc.config import ConfigError, load_schema, validate_config
 from snakedvc.env import use_this_interpreter
 
 KEY = "snakedvc"
-MODULES = ("tracking",)
+MODULES = ("tracking", "sweep")
 
 
 def module_path(name: str) -> str:

@@ -13,6 +13,8 @@ rule train:
         cfg=section_json("train"),
         nodes=res("train", "nodes"),
         procs=res("train", "processes"),
+        # A sweep trial's own arguments (rules/sweep.smk); none for the workflow's model.
+        trial="",
     # One core per process on each node (torchrun's workers run one intra-op thread each by default).
     threads: max(res("train", "threads"), res("train", "processes"))
     resources:
@@ -25,4 +27,4 @@ rule train:
     shell:
         "exec snakedvc launch --log {log:q} --nodes {params.nodes} --procs-per-node {params.procs}"
         " -- python -m esol train --params {params.cfg:q} --train {input.train:q} --valid {input.valid:q}"
-        " --model {output.model:q} --history {output.history:q}"
+        " --model {output.model:q} --history {output.history:q} {params.trial}"

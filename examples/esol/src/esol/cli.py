@@ -100,11 +100,9 @@ def cmd_gather_features(args: argparse.Namespace) -> None:
 
 def cmd_train(args: argparse.Namespace) -> None:
     from esol.config import TrainConfig, section
-    from esol.data import DataError
     from esol.errors import TrainingDivergedError
     from esol.features import load_features
-    from esol.train import save_result, train_model
-    from snakedvc.sweep import write_trial_result
+    from esol.train import save_result, train_model, write_trial_metrics
     from snakedvc.torch import Resumable
     from snakedvc.torch.distributed import session
 
@@ -117,26 +115,25 @@ def cmd_train(args: argparse.Namespace) -> None:
     with session() as ctx:
         try:
             result = train_model(load_features(args.train), load_features(args.valid), cfg, ctx, resume)
-        except (TrainingDivergedError, DataError, ValueError) as error:
-            # A sweep trial's own failure is its result: reported and excluded, the sweep goes on.
+        except TrainingDivergedError as error:
+            # A sweep trial that diverges failed on its own values: that is its result (excluded
+            # from promotion, the sweep goes on). Any other error fails the job.
             if not args.result:
                 raise
             if ctx.is_main:
                 log.error("trial failed: %s", error)
-                write_trial_result(args.result, status="failed", error=str(error))
+                write_trial_metrics(args.result, error=str(error))
+                # Snakemake wants every declared output; the kit reads only the error.
+                for path in (args.model, args.history, args.final_state):
+                    if path:
+                        Path(path).touch()
             return
         if not ctx.is_main:
             return
         save_result(result, args.model, args.history)
         log.info("best epoch %d; model -> %s", result.best_epoch, args.model)
         if args.result:
-            write_trial_result(
-                args.result,
-                status="ok",
-                history=result.history,
-                epochs_trained=result.epochs_trained,
-                resumed_from=args.continue_from,
-            )
+            write_trial_metrics(args.result, result.history, result.epochs_trained)
 
 
 def cmd_evaluate(args: argparse.Namespace) -> None:
@@ -214,8 +211,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--result",
-        help="sweep trial mode: write status and validation metrics here as JSON; "
-        "a failed trial writes status 'failed' and exits 0",
+        help="sweep trial mode: write the validation metrics here as JSON (valid_rmse); "
+        "a trial that diverges writes its error there and exits 0",
     )
 
     p = step("evaluate", cmd_evaluate, "test metrics, predictions, parity plot, loss curve")

@@ -232,3 +232,22 @@ def write_history(history: pd.DataFrame, path: str | Path) -> None:
 def save_result(result: TrainResult, model_path: str | Path, history_path: str | Path) -> None:
     save_model(model_path, result.model, result.meta)
     write_history(result.history, history_path)
+
+
+def write_trial_metrics(
+    path: str | Path, history: pd.DataFrame | None = None, epochs_trained: int = 0, error: str = ""
+) -> None:
+    """A sweep trial's result, the file the kit ranks trials by: the best validation RMSE, or the error."""
+    import json
+
+    values: dict[str, Any] = {"error": error}
+    if history is not None and len(history):
+        best = history.loc[history["valid_loss"].idxmin()]
+        values = {
+            "valid_rmse": float(best["valid_rmse"]),
+            "best_epoch": int(best["epoch"]),
+            "epoch": int(history["epoch"].iloc[-1]),
+            "epochs_trained": epochs_trained,
+        }
+    with atomic_path(path) as tmp:
+        tmp.write_text(json.dumps(values, indent=2, sort_keys=True) + "\n")
