@@ -39,6 +39,35 @@ def test_kit_imports_no_example_code_and_torch_only_in_its_extra() -> None:
         assert not any(name in text for name in FORBIDDEN), path
 
 
+def kit_names_used(path: Path) -> set[str]:
+    """Every kit name a file of an example uses: `from snakedvc[.torch] import X`, `snakedvc.X`."""
+    import re
+
+    text = path.read_text()
+    if path.suffix == ".py":
+        found = set()
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("snakedvc"):
+                found |= {f"{node.module}:{alias.name}" for alias in node.names}
+            elif isinstance(node, ast.Import):
+                found |= {f"{a.name}:" for a in node.names if a.name.startswith("snakedvc") and a.name != "snakedvc"}
+        return found | {f"snakedvc:{m}" for m in re.findall(r"\bsnakedvc\.(\w+)", text)}
+    code = "\n".join(line.split("#", 1)[0] for line in text.splitlines())  # comments name config keys
+    return {f"snakedvc:{m}" for m in re.findall(r"\bsnakedvc\.(\w+)", code)}
+
+
+def test_the_examples_use_the_kit_only_through_its_public_api() -> None:
+    import snakedvc.torch
+
+    public = {f"snakedvc:{n}" for n in snakedvc.__all__} | {f"snakedvc.torch:{n}" for n in snakedvc.torch.__all__}
+    public.add("snakedvc:torch")  # the subpackage itself
+    files = [*(REPO / "examples").rglob("*.py"), *(REPO / "workflow").rglob("*.smk"), REPO / "workflow" / "Snakefile"]
+    files += [p for p in (REPO / "examples").rglob("Snakefile")]
+    used: dict[str, set[str]] = {str(f.relative_to(REPO)): kit_names_used(f) - public for f in files}
+    assert {f: names for f, names in used.items() if names} == {}
+    assert any(kit_names_used(f) for f in files)  # the scan does find the kit
+
+
 def test_importing_the_kit_loads_neither_torch_nor_the_example() -> None:
     code = (
         "import sys, snakedvc, snakedvc.cli, snakedvc.launch, snakedvc.sweep, snakedvc.tracking, snakedvc.workflow\n"
@@ -51,6 +80,7 @@ def test_importing_the_kit_loads_neither_torch_nor_the_example() -> None:
 def test_shipped_modules_are_found() -> None:
     path = Path(snakedvc.module_path("tracking"))
     assert path.is_file() and "rule track:" in path.read_text()
+    assert "checkpoint rung:" in Path(snakedvc.module_path("sweep")).read_text()
     with pytest.raises(ValueError, match="no module 'nope'"):
         snakedvc.module_path("nope")
 

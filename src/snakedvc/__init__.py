@@ -12,11 +12,18 @@ In a Snakefile
 - ``finish_run(config)``: in ``onsuccess``, save the run (or every sweep trial) as a DVC experiment.
 - ``ConfigError``, ``validate_config(config, schema)``: schema validation for a user's own checks.
 
+In a step a rule runs
+- ``log_to(path)``: stderr and logging into the rule's ``log:`` file, first thing.
+- ``atomic_path(path)``: write an output to a temporary file renamed into place on success,
+  so a failed step never leaves a half-written output.
+
 On the command line: ``snakedvc launch -- COMMAND`` (1 process, torchrun, srun + torchrun),
 ``snakedvc restore NAME``. In a training loop: ``snakedvc.torch`` (the ``torch`` extra).
 """
 
 from snakedvc.config import ConfigError, validate_config
+from snakedvc.io import atomic_path
+from snakedvc.logs import log_to
 from snakedvc.sweep import plan as sweep_plan
 from snakedvc.tracking import finish_run
 from snakedvc.workflow import configure, module_path, tracked
@@ -24,8 +31,10 @@ from snakedvc.workflow import configure, module_path, tracked
 __version__ = "0.1.0"
 __all__ = [
     "ConfigError",
+    "atomic_path",
     "configure",
     "finish_run",
+    "log_to",
     "module_path",
     "sweep_plan",
     "tracked",

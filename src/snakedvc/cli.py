@@ -1,8 +1,8 @@
-"""`snakedvc <command>`: what a workflow's rules and a user call.
+"""`snakedvc <command>`: the kit's commands, for users and for the kit's own module rules.
 
-Each step takes its slice of the validated config as JSON (`--params`), its
-inputs and outputs as paths, and `--log`: stderr and logging go there first
-thing, so a failed rule's log holds the error.
+`launch` wraps a user's command for 1 process, torchrun or srun + torchrun; `track` and
+`restore` talk to DVC (on the submit host only); `sweep-promote` and `sweep-report` are what
+the sweep module's rules run. Every command takes `--log`: stderr and logging go there.
 """
 
 from __future__ import annotations
@@ -10,9 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import os
 import sys
-import warnings
 from pathlib import Path
 from typing import Any
 
@@ -21,32 +19,10 @@ from snakedvc import __version__
 log = logging.getLogger("snakedvc")
 
 
-class UserError(Exception):
-    """An error caused by input or config, reported without a traceback."""
-
-
 def _setup_logging(log_path: str | None) -> None:
-    if log_path:
-        Path(log_path).parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-        os.dup2(fd, 2)
-        os.close(fd)
-        sys.stderr = open(2, "w", buffering=1, closefd=False)  # noqa: SIM115 - lives as long as the process
-    logging.basicConfig(
-        level=logging.INFO,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
-        force=True,
-    )
-    warnings.filterwarnings("ignore", message=".*MorganGenerator.*")
+    from snakedvc.logs import log_to
 
-
-def _params(args: argparse.Namespace) -> dict[str, Any]:
-    try:
-        value: dict[str, Any] = json.loads(args.params)
-    except json.JSONDecodeError as error:
-        raise UserError(f"--params is not valid JSON: {error}") from error
-    return value
+    log_to(log_path)
 
 
 def cmd_launch(args: argparse.Namespace) -> None:
@@ -161,7 +137,7 @@ def main(argv: list[str] | None = None) -> int:
     _setup_logging(getattr(args, "log", None))
     try:
         args.func(args)
-    except (UserError, ConfigError, FileNotFoundError, TrackingError, ValueError) as error:
+    except (ConfigError, FileNotFoundError, TrackingError, ValueError) as error:
         log.error("%s", error)
         print(f"snakedvc {args.command}: error: {error}", file=sys.stderr)
         return 1

@@ -1,7 +1,9 @@
 """Training helpers for PyTorch loops (the `torch` extra): resumable training and the distributed context.
 
-`Resumable` is what a training loop adopts (see `snakedvc.torch.resume`); the rest are its parts.
-It is imported on first use, so `add_resume_arguments` and the exception cost no torch import.
+`Resumable` is what a training loop adopts (see `snakedvc.torch.resume`); `session`,
+`DistContext` and `all_sum` are what a loop needs under torchrun (process group, rank,
+summed metrics); `StopRequest` is the SIGTERM flag Resumable polls. They are imported on
+first use, so `add_resume_arguments` and the exception cost no torch import.
 """
 
 from __future__ import annotations
@@ -12,14 +14,34 @@ from snakedvc.errors import EXIT_CHECKPOINTED, TrainingStopped
 from snakedvc.torch.options import add_resume_arguments
 
 if TYPE_CHECKING:
+    from snakedvc.torch.checkpoint import StopRequest
+    from snakedvc.torch.distributed import DistContext, all_sum, session
     from snakedvc.torch.resume import Resumable, Start
 
-__all__ = ["EXIT_CHECKPOINTED", "Resumable", "Start", "TrainingStopped", "add_resume_arguments"]
+__all__ = [
+    "EXIT_CHECKPOINTED",
+    "DistContext",
+    "Resumable",
+    "Start",
+    "StopRequest",
+    "TrainingStopped",
+    "add_resume_arguments",
+    "all_sum",
+    "session",
+]
+_LAZY = {
+    "Resumable": "resume",
+    "Start": "resume",
+    "StopRequest": "checkpoint",
+    "DistContext": "distributed",
+    "all_sum": "distributed",
+    "session": "distributed",
+}
 
 
 def __getattr__(name: str) -> Any:
-    if name in ("Resumable", "Start"):
-        from snakedvc.torch import resume
+    if name in _LAZY:
+        import importlib
 
-        return getattr(resume, name)
+        return getattr(importlib.import_module(f"snakedvc.torch.{_LAZY[name]}"), name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -20,7 +20,7 @@ from typing import IO, Any
 
 import numpy as np
 
-from snakedvc.io import atomic_path
+from snakedvc import atomic_path
 
 _EPOCH = (1980, 1, 1, 0, 0, 0)
 BLOCK_BYTES = 1 << 20

@@ -10,14 +10,13 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import os
 import sys
 import warnings
 from pathlib import Path
 from typing import Any
 
 from esol import __version__
-from snakedvc.torch.options import add_resume_arguments
+from snakedvc.torch import add_resume_arguments
 
 log = logging.getLogger("esol")
 
@@ -27,18 +26,9 @@ class UserError(Exception):
 
 
 def _setup_logging(log_path: str | None) -> None:
-    if log_path:
-        Path(log_path).parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-        os.dup2(fd, 2)
-        os.close(fd)
-        sys.stderr = open(2, "w", buffering=1, closefd=False)  # noqa: SIM115 - lives as long as the process
-    logging.basicConfig(
-        level=logging.INFO,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
-        force=True,
-    )
+    from snakedvc import log_to
+
+    log_to(log_path)
     warnings.filterwarnings("ignore", message=".*MorganGenerator.*")
 
 
@@ -103,8 +93,7 @@ def cmd_train(args: argparse.Namespace) -> None:
     from esol.errors import TrainingDivergedError
     from esol.features import load_features
     from esol.train import save_result, train_model, write_trial_metrics
-    from snakedvc.torch import Resumable
-    from snakedvc.torch.distributed import session
+    from snakedvc.torch import Resumable, session
 
     params = _params(args)
     cfg = section(TrainConfig, params)
@@ -232,7 +221,7 @@ def main(argv: list[str] | None = None) -> int:
     from esol.errors import TrainingDivergedError
     from esol.features import TooManyRejectsError
     from snakedvc import ConfigError
-    from snakedvc.errors import EXIT_CHECKPOINTED, TrainingStopped
+    from snakedvc.torch import EXIT_CHECKPOINTED, TrainingStopped
 
     args = build_parser().parse_args(argv)
     _setup_logging(getattr(args, "log", None))

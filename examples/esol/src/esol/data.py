@@ -114,7 +114,7 @@ def split_molecules(table: pd.DataFrame, cfg: SplitConfig) -> dict[str, pd.DataF
 
 
 def write_split(frame: pd.DataFrame, path: str | Path) -> None:
-    from snakedvc.io import atomic_path
+    from snakedvc import atomic_path
 
     with atomic_path(path) as tmp:
         frame.loc[:, list(COLUMNS)].to_csv(tmp, index=False, float_format="%.10g")

@@ -13,7 +13,7 @@ import torch
 from esol.data import DataError
 from esol.features import FeatureSet, apply_scaling
 from esol.model import MLP
-from snakedvc.io import atomic_path
+from snakedvc import atomic_path
 
 
 def predict(model: MLP, meta: dict[str, object], X: np.ndarray) -> np.ndarray:

@@ -379,7 +379,7 @@ def load_features(path: str | Path) -> FeatureSet:
 
 
 def write_rejects(rejects: pd.DataFrame, path: str | Path) -> None:
-    from snakedvc.io import atomic_path
+    from snakedvc import atomic_path
 
     with atomic_path(path) as tmp:
         rejects.to_csv(tmp, index=False)

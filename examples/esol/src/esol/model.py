@@ -14,7 +14,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from snakedvc.io import atomic_path
+from snakedvc import atomic_path
 
 
 class MLP(nn.Module):

@@ -27,10 +27,8 @@ from esol.data import DataError
 from esol.errors import TrainingDivergedError
 from esol.features import FeatureSet, apply_scaling, fit_scaling
 from esol.model import MLP, dropout_masks, save_model
-from snakedvc.io import atomic_path
-from snakedvc.torch import Resumable
-from snakedvc.torch.checkpoint import StopRequest
-from snakedvc.torch.distributed import DistContext, all_sum
+from snakedvc import atomic_path
+from snakedvc.torch import DistContext, Resumable, StopRequest, all_sum
 
 log = logging.getLogger(__name__)
 

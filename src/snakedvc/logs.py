@@ -1,0 +1,25 @@
+"""Send a step's stderr and logging to its rule's `log:` file, first thing, so a failed job's log holds the error."""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from pathlib import Path
+
+FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+
+
+def log_to(path: str | os.PathLike[str] | None, level: int = logging.INFO) -> None:
+    """Append stderr (of this process and its children) and log records to ``path``.
+
+    ``None`` keeps stderr where it is and only sets up logging. The file descriptor 2 itself
+    is redirected, so tracebacks, warnings and subprocesses' stderr land there too.
+    """
+    if path:
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        os.dup2(fd, 2)
+        os.close(fd)
+        sys.stderr = open(2, "w", buffering=1, closefd=False)  # noqa: SIM115 - lives as long as the process
+    logging.basicConfig(level=level, format=FORMAT, stream=sys.stderr, force=True)
