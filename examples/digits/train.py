@@ -1,0 +1,117 @@
+"""Train a small MLP on the digits splits that prepare.py wrote; report valid and test accuracy.
+
+    python train.py --hparams '{"epochs": 20, "lr": 0.003, ...}' --data results/data/digits.npz \
+        --model results/model.pt --metrics results/metrics.json
+
+Resumable: a checkpoint after every epoch, and on SIGTERM (SLURM's warning before the time
+limit, scancel, preemption) one at the current step, then exit 75. The same command run again
+resumes there and ends with the same weights, bit for bit. Under torchrun (N processes) every
+process takes 1/N of each batch (DistributedDataParallel); one process otherwise.
+"""
+
+import argparse
+import json
+import logging
+import os
+import sys
+
+import numpy as np
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from torch import nn
+
+from snakedvc.torch import EXIT_CHECKPOINTED, Resumable, TrainingStopped, add_resume_arguments
+
+log = logging.getLogger("digits")
+
+
+def parse_args() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--hparams", type=json.loads, required=True, help="the config's train section, as JSON")
+    parser.add_argument("--data", required=True, help="the .npz file prepare.py wrote")
+    parser.add_argument("--model", required=True, help="where to write the trained weights")
+    parser.add_argument("--metrics", required=True, help="where to write the accuracies (JSON)")
+    add_resume_arguments(parser)  # --checkpoint-dir, --continue-from, --final-state
+    return parser.parse_args()
+
+
+def evaluate(model: nn.Module, X: torch.Tensor, y: torch.Tensor) -> tuple[float, float]:
+    """Mean cross-entropy and accuracy."""
+    model.eval()
+    with torch.no_grad():
+        logits = model(X)
+        return F.cross_entropy(logits, y).item(), (logits.argmax(1) == y).float().mean().item()
+
+
+def train(args: argparse.Namespace) -> None:
+    hp = args.hparams
+    torch.manual_seed(hp["seed"])  # weights and dropout
+    torch.set_num_threads(1)  # the same sums in the same order on every host: bit-reproducible
+    torch.use_deterministic_algorithms(True)
+    rank, world = int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))  # set by torchrun
+    cuda = torch.cuda.is_available()
+    device = torch.device(f"cuda:{os.environ.get('LOCAL_RANK', 0)}" if cuda else "cpu")
+    if world > 1:
+        dist.init_process_group("nccl" if cuda else "gloo")
+
+    data = np.load(args.data)
+    X = {s: torch.from_numpy(data[f"X_{s}"]).to(device) for s in ("train", "valid", "test")}
+    y = {s: torch.from_numpy(data[f"y_{s}"]).to(device) for s in ("train", "valid", "test")}
+    model = nn.Sequential(
+        nn.Linear(X["train"].shape[1], hp["hidden"]),
+        nn.ReLU(),
+        nn.Dropout(hp["dropout"]),
+        nn.Linear(hp["hidden"], 10),
+    ).to(device)
+    optimizer = torch.optim.Adam(model.parameters(), lr=hp["lr"], weight_decay=hp["weight_decay"])
+
+    # Checkpoints are keyed by the hyperparameters and the data's bytes: other ones never resume from them.
+    resume = Resumable.from_args(args, hp, inputs=[args.data])
+    start = resume.load(model, optimizer, first_epoch=1)  # the newest checkpoint, if any
+    net = nn.parallel.DistributedDataParallel(model) if world > 1 else model
+    for epoch in range(start.epoch, hp["epochs"] + 1):
+        # The batch order is a pure function of (seed, epoch), the same on every process: a resume replays it.
+        order = torch.randperm(len(X["train"]), generator=torch.Generator().manual_seed(hp["seed"] * 1000 + epoch))
+        net.train()
+        for _step, batch in resume.steps(order.split(hp["batch_size"]), epoch):
+            mine = batch[rank::world].to(device)
+            # Scaled so that DDP's average over processes is the mean over the whole batch.
+            loss = F.cross_entropy(net(X["train"][mine]), y["train"][mine], reduction="sum") * world / len(batch)
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+        train_loss, _ = evaluate(model, X["train"], y["train"])
+        _, valid_accuracy = evaluate(model, X["valid"], y["valid"])
+        if rank == 0:
+            log.info("epoch %d train_loss %.4f valid_accuracy %.4f", epoch, train_loss, valid_accuracy)
+        resume.save()
+    resume.finish()  # the final state (--final-state) for a longer run to continue from; checkpoints removed
+
+    if rank == 0:
+        torch.save({key: value.cpu() for key, value in model.state_dict().items()}, args.model)
+        metrics = {
+            "valid_accuracy": evaluate(model, X["valid"], y["valid"])[1],
+            "test_accuracy": evaluate(model, X["test"], y["test"])[1],
+            "epochs": hp["epochs"],
+        }
+        with open(args.metrics, "w") as handle:
+            json.dump(metrics, handle, indent=2, sort_keys=True)
+        log.info("valid accuracy %.4f, test accuracy %.4f", metrics["valid_accuracy"], metrics["test_accuracy"])
+
+
+def main() -> int:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")  # deterministic matmuls on CUDA
+    try:
+        train(parse_args())
+    except TrainingStopped:  # on SIGTERM: checkpointed (and logged); the same command again resumes
+        return EXIT_CHECKPOINTED
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
