@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -35,8 +36,14 @@ def test_kit_installs_in_a_fresh_venv_with_numpy_2_and_no_chemistry(tmp_path: Pa
         assert proc.returncode == 0, f"{' '.join(args)}:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
         return proc
 
-    # The kit without extras, from a copy of the source (no editable link into this checkout).
-    run("-m", "pip", "install", "-q", "--disable-pip-version-check", "numpy>=2", str(REPO))
+    # The kit without extras, from a copy of its source: no editable link into this checkout, and
+    # setuptools' build/ folder lands in the copy.
+    source = tmp_path / "source"
+    source.mkdir()
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy2(REPO / name, source / name)
+    shutil.copytree(REPO / "src", source / "src", ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
+    run("-m", "pip", "install", "-q", "--disable-pip-version-check", "numpy>=2", str(source))
     import json
 
     found = json.loads(run("-c", CHECK).stdout)
