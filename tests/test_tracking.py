@@ -178,8 +178,7 @@ def fanout_repo(tmp_path: Path) -> Path:
     git(repo, "init", "-q")
     dvc(repo, "init", "-q")
     dvc(repo, "config", "core.analytics", "false")
-    (repo / "profiles/slurm").mkdir(parents=True)
-    shutil.copy2(REPO / "profiles/slurm/config.yaml", repo / "profiles/slurm/config.yaml")
+    shutil.copytree(REPO / "profiles/slurm", repo / "profiles/slurm")  # the profile and its partitions.yaml
     return repo
 
 
