@@ -127,8 +127,12 @@ def dvc_experiments(repo: Path, metrics_file: str = "results/metrics.json") -> d
     return found
 
 
-def trainers_in(workdir: Path) -> list[int]:
-    """Pids of ESOL trainer processes running in ``workdir``: only the ones this test started."""
+def trainers_in(workdir: Path, *command: bytes) -> list[int]:
+    """Pids of trainer processes running in ``workdir``: only the ones this test started.
+
+    A trainer is a process whose arguments include every word of ``command`` (default:
+    ESOL's `python -m esol train`)."""
+    words = command or (b"esol", b"train")
     found = []
     for proc in Path("/proc").iterdir():
         if not proc.name.isdigit():
@@ -138,6 +142,6 @@ def trainers_in(workdir: Path) -> list[int]:
             cwd = (proc / "cwd").resolve()
         except OSError:  # gone, or not ours to read
             continue
-        if b"esol" in argv and b"train" in argv and cwd == workdir.resolve():
+        if all(word in argv for word in words) and cwd == workdir.resolve():
             found.append(int(proc.name))
     return sorted(found)

@@ -16,7 +16,17 @@ import pandas as pd
 import pytest
 
 from snakedvc.sweep import schedule, total_epochs
-from tests.conftest import REPO, SNAKEMAKE, dvc, dvc_experiments, git, md5, run_snakemake, slurm_jobs_by_rule
+from tests.conftest import (
+    REPO,
+    SNAKEMAKE,
+    dvc,
+    dvc_experiments,
+    git,
+    md5,
+    run_snakemake,
+    slurm_jobs_by_rule,
+    trainers_in,
+)
 from tests.test_slurm import wait_for_sacct
 
 EXAMPLE = REPO / "examples" / "digits"
@@ -45,22 +55,6 @@ def dvc_example(dest: Path) -> Path:
     git(dest, "add", "-A")
     git(dest, "commit", "-q", "-m", "digits project")
     return dest
-
-
-def trainer_pids(workdir: Path) -> list[int]:
-    """Pids of train.py processes running in ``workdir``: only the ones this test started."""
-    found = []
-    for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit():
-            continue
-        try:
-            argv = (proc / "cmdline").read_bytes().split(b"\0")
-            cwd = (proc / "cwd").resolve()
-        except OSError:  # gone, or not ours to read
-            continue
-        if b"train.py" in argv and cwd == workdir.resolve():
-            found.append(int(proc.name))
-    return sorted(found)
 
 
 @pytest.fixture(scope="module")
@@ -189,7 +183,7 @@ def test_sigterm_checkpoints_exits_75_and_the_rerun_resumes_bit_identically(tmp_
         while not list(project.glob(".checkpoints/*/ckpt-*.pt")):
             assert snakemake.poll() is None and time.monotonic() < deadline, "no checkpoint before the run ended"
             time.sleep(0.02)
-        (pid,) = trainer_pids(project)
+        (pid,) = trainers_in(project, b"train.py")
         os.kill(pid, signal.SIGTERM)
         output, _ = snakemake.communicate(timeout=300)
     finally:
