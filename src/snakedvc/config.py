@@ -26,7 +26,7 @@ def load_schema(path: str | Path) -> dict[str, Any]:
     return schema
 
 
-def _resolve(schema: dict[str, Any], root: dict[str, Any]) -> dict[str, Any]:
+def _follow_ref(schema: dict[str, Any], root: dict[str, Any]) -> dict[str, Any]:
     ref = schema.get("$ref")
     if ref is None:
         return schema
@@ -59,15 +59,15 @@ def _coerce(value: Any, schema: dict[str, Any]) -> Any:
 
 
 def _fill_defaults(value: Any, schema: dict[str, Any], root: dict[str, Any]) -> None:
-    schema = _resolve(schema, root)
+    schema = _follow_ref(schema, root)
     if isinstance(value, list) and "items" in schema:
-        items = _resolve(schema["items"], root)
+        items = _follow_ref(schema["items"], root)
         value[:] = [_coerce(item, items) for item in value]
         return
     if not isinstance(value, dict):
         return
     for key, sub in schema.get("properties", {}).items():
-        sub = _resolve(sub, root)
+        sub = _follow_ref(sub, root)
         if key not in value and "default" in sub:
             value[key] = copy.deepcopy(sub["default"])
         if key in value:
@@ -101,9 +101,3 @@ def validate_config(config: dict[str, Any], schema: dict[str, Any]) -> dict[str,
     if errors:
         raise ConfigError(_message(errors[0]))
     return filled
-
-
-def load_config(path: str | Path, schema_path: str | Path) -> dict[str, Any]:
-    with open(path) as handle:
-        raw = yaml.safe_load(handle) or {}
-    return validate_config(raw, load_schema(schema_path))

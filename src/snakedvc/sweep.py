@@ -278,7 +278,7 @@ class SweepPlan:
 
     @property
     def trial_dir(self) -> str:
-        return f"{self.root}/trials/{{trial,t\\d{{3}}}}/rung{{rung,\\d+}}"
+        return f"{self.root}/trials/{{trial,t\\d+}}/rung{{rung,\\d+}}"
 
     def trial_file(self, name: str) -> str:
         """Pattern of a file in a trial folder (wildcards trial and rung)."""
@@ -403,15 +403,6 @@ class SweepPlan:
             return self.path(self.best_trial(), len(self.rungs) - 1, name)
 
         return best_file
-
-    def best_config(self, key: str) -> Callable[[Any], str]:
-        """Params function: the winner's config section ``key`` (its last rung's) as sorted JSON."""
-
-        def best_json(wildcards: Any) -> str:
-            config = self.trial_config(self.best_trial(), len(self.rungs) - 1)
-            return json.dumps(get_dotted(config, key), sort_keys=True)
-
-        return best_json
 
     def describe(self) -> dict[str, Any]:
         """JSON-ready plan for the report."""

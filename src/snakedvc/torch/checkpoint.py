@@ -106,10 +106,6 @@ class CheckpointStore:
             return payload
         return None
 
-    def latest_path(self) -> Path | None:
-        candidates = self.candidates()
-        return candidates[0] if candidates else None
-
     def remove_all(self) -> None:
         for path in self.dir.glob("*"):
             path.unlink(missing_ok=True)
