@@ -15,6 +15,9 @@ from typing import Any
 import jsonschema
 import yaml
 
+# The key of a workflow's config that holds the kit's own settings.
+KEY = "snakedvc"
+
 
 class ConfigError(ValueError):
     """A config value is missing, unknown or of the wrong type."""

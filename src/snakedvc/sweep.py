@@ -27,13 +27,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from snakedvc.config import ConfigError, load_schema, validate_config
+from snakedvc.config import KEY, ConfigError, load_schema, validate_config
 from snakedvc.io import atomic_path
 
 if TYPE_CHECKING:  # pandas is imported where used: every Snakemake start-up (one per job) imports this module
     import pandas as pd
 
-KEY = "snakedvc"
 SETTINGS = f"{KEY}.sweep"
 SUMMARY_COLUMNS = ("trial", "status", "rung", "epochs", "metric", "best", "error")
 

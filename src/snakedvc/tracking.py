@@ -26,12 +26,12 @@ from typing import Any
 
 import yaml
 
+from snakedvc.config import KEY
 from snakedvc.io import atomic_path
 
 log = logging.getLogger(__name__)
 
 LOCK_FILE = Path(".dvc") / "tmp" / "snakedvc.lock"
-KEY = "snakedvc"
 SKIP_SAVE_ENV = "SNAKEDVC_SKIP_EXP_SAVE"
 _EXP_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
 

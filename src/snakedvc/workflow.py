@@ -15,10 +15,9 @@ from typing import Any
 
 import yaml
 
-from snakedvc.config import ConfigError, load_schema, validate_config
+from snakedvc.config import KEY, ConfigError, load_schema, validate_config
 from snakedvc.env import use_this_interpreter
 
-KEY = "snakedvc"
 MODULES = ("tracking", "sweep")
 
 
