@@ -73,7 +73,9 @@ def test_scancel_then_retry_resumes(slurm_cluster, project: Path) -> None:
 
 def test_time_limit_signal_checkpoints_and_resubmits(slurm_cluster, project: Path) -> None:
     # A 3-minute limit with SIGTERM asked 90 s before it: the signal lands 30-90 s into the job.
-    more = ["train={max_epochs: 25000, patience: 100000, hidden_sizes: [64], checkpoint_every: 500}"]
+    # 40000 epochs take ~130 s here (25000 took 81 s and once finished before the signal came):
+    # longer than one job can run, shorter than five (--retries 4) of at least 30 s each.
+    more = ["train={max_epochs: 40000, patience: 100000, hidden_sizes: [64], checkpoint_every: 500}"]
     snakemake = subprocess.Popen(
         [
             sys.executable, "-m", "snakemake", "--profile", "profiles/slurm", "--retries", "4",
