@@ -1,13 +1,16 @@
 # The two commands a new user needs: `make run` and `make test`.
 SHELL := /bin/bash
+# Two environments (scripts/setup): the workflow engine's, and the ESOL example's steps'
+# (molflux needs numpy<2; the engine has numpy 2). The workflow runs the steps with the second.
 VENV := .venv
 BIN := $(VENV)/bin
+STEP_BIN := .venv-esol/bin
 SNAKEMAKE := $(BIN)/snakemake
 
 .PHONY: help setup run run-slurm digits test test-fast lint dag bench clean cluster-up cluster-down
 
 help:
-	@echo "make run        set up .venv and run the pipeline locally (profiles/local)"
+	@echo "make run        set up .venv (engine) and .venv-esol (steps), run the pipeline locally (profiles/local)"
 	@echo "make test       set up and run every test, the real-SLURM ones included"
 	@echo "make test-fast  unit tests only (no SLURM, no whole-workflow runs)"
 	@echo "make run-slurm  run the pipeline through profiles/slurm (needs a cluster: make cluster-up)"
@@ -29,15 +32,18 @@ digits: setup
 	cd examples/digits && ../../$(SNAKEMAKE) --profile ../../profiles/local
 
 test: setup cluster-up
+	$(STEP_BIN)/python -m pytest tests/esol
 	$(BIN)/python -m pytest
 
 test-fast: setup
+	$(STEP_BIN)/python -m pytest -m "not slurm and not slow" tests/esol
 	$(BIN)/python -m pytest -m "not slurm and not slow"
 
 lint: setup
-	$(BIN)/ruff check src tests scripts examples
-	$(BIN)/ruff format --check src tests examples
-	$(BIN)/mypy src examples/esol/src
+	$(BIN)/ruff check src plugins tests scripts examples
+	$(BIN)/ruff format --check src plugins tests examples
+	$(BIN)/mypy src plugins/slurm/src
+	$(STEP_BIN)/mypy examples/esol/src
 	# snakemake --lint, accepting only its request for per-rule conda envs (see the test)
 	$(BIN)/python -m pytest -q tests/test_workflow.py -k lint
 

@@ -12,6 +12,12 @@ import subprocess
 import time
 from pathlib import Path
 
+REPO = Path(__file__).resolve().parents[1]
+# Two environments (scripts/setup): the engine runs snakemake, .venv-esol the ESOL steps. A
+# benchmark that imports the steps' code runs in the second and calls the engine for snakemake.
+ENGINE_PYTHON = REPO / ".venv" / "bin" / "python"
+SNAKEMAKE = [str(ENGINE_PYTHON), "-m", "snakemake"]
+
 HEADER = "# Benchmarks\n\nFigures written by the scripts named in each section; rerun them to refresh.\n"
 
 

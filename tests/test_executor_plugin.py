@@ -1,67 +1,448 @@
-"""The profile's executor: the official SLURM plugin, subclassed only to bound the status-check interval."""
+"""The profile's executor: the official SLURM plugin with suffixed states, status back-off,
+failed status queries and the account guess fixed (src/snakemake_executor_plugin_snakedvc_slurm).
+
+Every test drives the installed plugin's real Executor (built by its own constructor around a
+minimal workflow object) and real command output: a stand-in `sacct` script on PATH where a
+test needs chosen states, the test cluster's own sacct where it needs SLURM's (marked slurm).
+"""
 
 from __future__ import annotations
 
-import yaml
+import asyncio
+import logging
+import os
+import shlex
+import subprocess
+import threading
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
 
+import pytest
+import snakemake_executor_plugin_slurm as official
+import yaml
+from snakemake_executor_plugin_slurm.job_status_query import query_job_status_sacct
+from snakemake_interface_common.exceptions import WorkflowError
+from snakemake_interface_executor_plugins.executors.base import SubmittedJobInfo
+from snakemake_interface_executor_plugins.settings import SharedFSUsage
+
+from snakemake_executor_plugin_snakedvc_slurm import (
+    SUPPORTED_PLUGIN_VERSIONS,
+    Executor,
+    ExecutorSettings,
+    UnsupportedPluginVersion,
+    check_plugin_version,
+    last_account,
+    next_status_interval,
+)
 from tests.conftest import REPO
 
+LOGGER = "snakedvc-slurm-test"
 
-def test_profile_executor_is_the_official_plugin_with_a_bounded_status_interval() -> None:
-    import snakemake_executor_plugin_slurm as official
+
+class Resources(dict):
+    """A job's resources as the plugin reads them: .get() and attributes."""
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return self[name]
+        except KeyError as e:
+            raise AttributeError(name) from e
+
+
+class Job:
+    """What the plugin and Snakemake's executor base read from, and report to, a job."""
+
+    def __init__(self, jobid: int = 1, rule: str = "work", **resources: Any) -> None:
+        self.jobid = jobid
+        self.name = rule
+        self.rule = SimpleNamespace(name=rule)
+        self.wildcards: dict[str, str] = {}
+        self.resources = Resources(resources)
+        self.errors: list[tuple[str, dict[str, Any]]] = []
+
+    def is_group(self) -> bool:
+        return False
+
+    def log_info(self) -> None:
+        pass
+
+    def log_error(self, msg: str | None = None, **kwargs: Any) -> None:
+        self.errors.append((msg or "", kwargs))
+
+
+class Scheduler:
+    """Snakemake's scheduler as the executor reports to it."""
+
+    def __init__(self) -> None:
+        self.finished: list[Job] = []
+        self.failed: list[Job] = []
+        self.reported = threading.Event()
+
+    def finish_callback(self, job: Job) -> None:
+        self.finished.append(job)
+        self.reported.set()
+
+    def error_callback(self, job: Job) -> None:
+        self.failed.append(job)
+        self.reported.set()
+
+
+def make_executor(tmp_path: Path, **settings: Any) -> Executor:
+    """The real executor, built by its own constructor around a minimal workflow."""
+    settings = {"status_command": "sacct", "init_seconds_before_status_checks": 2, **settings}
+    workflow = SimpleNamespace(
+        executor_settings=ExecutorSettings(logdir=str(tmp_path / "slurm_logs"), **settings),
+        remote_execution_settings=SimpleNamespace(
+            max_status_checks_per_second=10,
+            jobname="snakejob.{rulename}.{jobid}.sh",
+            jobscript=None,
+            seconds_between_status_checks=10,
+            immediate_submit=False,
+        ),
+        storage_settings=SimpleNamespace(shared_fs_usage=set(SharedFSUsage)),
+        # Snakemake's status loop (a thread the constructor starts) first sleeps this long:
+        # it stays out of the way while a test calls check_active_jobs itself.
+        executor_plugin=SimpleNamespace(common_settings=SimpleNamespace(init_seconds_before_status_checks=3600)),
+        main_snakefile=str(tmp_path / "Snakefile"),
+        dag=None,
+        scheduler=Scheduler(),
+        workdir_init=str(tmp_path),
+    )
+    executor = Executor(workflow, logging.getLogger(LOGGER))
+    executor.wait = False  # the status loop ends when it wakes
+    return executor
+
+
+def check(executor: Any, jobs: list[SubmittedJobInfo], method: Any = None) -> list[SubmittedJobInfo]:
+    """The jobs a status round hands back as still active (``method``: another class's version)."""
+    rounds: AsyncIterator[SubmittedJobInfo] = (method or type(executor).check_active_jobs)(executor, jobs)
+
+    async def drain() -> list[SubmittedJobInfo]:
+        return [job async for job in rounds]
+
+    return asyncio.run(drain())
+
+
+def submitted(tmp_path: Path, jobid: str, **resources: Any) -> SubmittedJobInfo:
+    log = tmp_path / "slurm_logs" / f"{jobid}.log"
+    log.parent.mkdir(parents=True, exist_ok=True)
+    log.write_text("the job's output\n")
+    return SubmittedJobInfo(
+        Job(int(jobid.split("_")[0]), **resources), external_jobid=jobid, aux={"slurm_logfile": log}
+    )
+
+
+class FakeSacct:
+    """A `sacct` on PATH that prints chosen lines (or fails) and counts its calls."""
+
+    def __init__(self, folder: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        folder.mkdir()
+        self.out, self.calls, self.fail = folder / "out", folder / "calls", folder / "fail"
+        script = folder / "sacct"
+        script.write_text(
+            "#!/bin/sh\n"
+            f'echo "$*" >> {self.calls}\n'
+            'case "$*" in "-j "*) exit 0 ;; esac\n'  # the plugin's per-step failure-reason queries: none
+            f'[ -e {self.fail} ] && {{ echo "sacct: error: Problem talking to the database" >&2; exit 1; }}\n'
+            f"cat {self.out}\n"
+        )
+        script.chmod(0o755)
+        self.prints("")
+        monkeypatch.setenv("PATH", f"{folder}{os.pathsep}{os.environ['PATH']}")
+
+    def prints(self, text: str) -> None:
+        self.out.write_text(text)
+
+    def status_queries(self) -> int:
+        if not self.calls.exists():
+            return 0
+        return sum("--parsable2" in line for line in self.calls.read_text().splitlines())
+
+
+@pytest.fixture
+def sacct(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> FakeSacct:
+    return FakeSacct(tmp_path / "bin", monkeypatch)
+
+
+# --- the plugin version these overrides were written for -----------------------------------
+
+
+def test_supported_plugin_versions_pass_and_others_fail_naming_versions_and_remedy() -> None:
+    import importlib.metadata
+
+    check_plugin_version(importlib.metadata.version("snakemake-executor-plugin-slurm"))  # what is installed
+    for version in ("2.7.1", "2.8.0", "2.8.7", "2.8.1.dev0"):
+        check_plugin_version(version)
+    for version in ("2.7.0", "2.6.1", "2.9.0", "2.9.0rc1", "3.0", "not-a-version"):
+        with pytest.raises(UnsupportedPluginVersion) as raised:
+            check_plugin_version(version)
+        message = str(raised.value)
+        assert version in message and SUPPORTED_PLUGIN_VERSIONS in message and "pip install" in message
+
+
+# --- settings and profile -----------------------------------------------------------------
+
+
+def test_every_snakedvc_slurm_key_of_the_profile_is_a_valid_setting_of_the_profiles_executor() -> None:
     from snakemake_interface_executor_plugins.registry import ExecutorPluginRegistry
 
-    from snakemake_executor_plugin_snakedvc_slurm import bounded_interval
-
-    profile = yaml.safe_load((REPO / "profiles/slurm/config.yaml").read_text())
+    folder = REPO / "profiles" / "slurm"
+    profile = yaml.safe_load((folder / "config.yaml").read_text())
     plugin = ExecutorPluginRegistry().get_plugin(profile["executor"])
-    assert issubclass(plugin.executor, official.Executor)
-    assert issubclass(plugin._executor_settings_cls, official.ExecutorSettings)
-    # The interval the official generator sets is what our override bounds: the attribute exists
-    # in the real plugin (a rename upstream would leave the cap silently unapplied).
-    import inspect
-
-    assert "self.next_seconds_between_status_checks" in inspect.getsource(official.Executor.check_active_jobs)
-    cap = profile["snakedvc-slurm-max-seconds-between-status-checks"]
-    assert bounded_interval(180, cap) == cap and bounded_interval(None, cap) is None
-    # Every setting in the profile names a real setting of the plugin (a typo would be ignored otherwise).
-    fields = {f"snakedvc-slurm-{f.replace('_', '-')}" for f in plugin._executor_settings_cls.__dataclass_fields__}
-    assert {k for k in profile if k.startswith("snakedvc-slurm-")} <= fields
+    assert issubclass(plugin.executor, official.Executor) and plugin.executor is Executor
+    assert plugin._executor_settings_cls is ExecutorSettings
+    fields = {f"snakedvc-slurm-{name.replace('_', '-')}": name for name in ExecutorSettings.__dataclass_fields__}
+    ours = {key: value for key, value in profile.items() if key.startswith("snakedvc-slurm-")}
+    assert set(ours) <= set(fields), f"not settings: {set(ours) - set(fields)}"
+    values = {fields[key]: value for key, value in ours.items()}
+    values["partition_config"] = str(folder / values["partition_config"])  # Snakemake reads it relative to the profile
+    settings = ExecutorSettings(**values)  # validates, as at start-up
+    assert settings.max_seconds_between_status_checks >= settings.init_seconds_before_status_checks
 
 
-class RecordingClock:
-    def __init__(self) -> None:
-        self.slept: list[float] = []
-
-    def sleep(self, seconds: float) -> None:
-        self.slept.append(seconds)
-
-    def time(self) -> float:
-        return 42.0
-
-
-def test_plugin_clock_shortens_only_the_fixed_pause_before_sbatch() -> None:
-    from snakemake_executor_plugin_snakedvc_slurm import PLUGIN_SUBMIT_PAUSE, PluginClock
-
-    recorded = RecordingClock()
-    clock = PluginClock(0.0, clock=recorded)
-    clock.sleep(PLUGIN_SUBMIT_PAUSE)
-    clock.sleep(2)  # any other wait is the plugin's own business
-    assert recorded.slept == [0.0, 2]
-    assert clock.time() == 42.0  # everything else is the real clock
+@pytest.mark.parametrize(
+    ("setting", "value", "key"),
+    [
+        ("max_seconds_between_status_checks", 0, "snakedvc-slurm-max-seconds-between-status-checks"),
+        ("max_seconds_between_status_checks", 2.5, "snakedvc-slurm-max-seconds-between-status-checks"),
+        ("status_backoff_factor", 0.5, "snakedvc-slurm-status-backoff-factor"),
+        ("status_backoff_factor", "2", "snakedvc-slurm-status-backoff-factor"),
+        ("status_backoff_factor", float("inf"), "snakedvc-slurm-status-backoff-factor"),
+    ],
+)
+def test_bad_status_settings_fail_naming_the_profile_key(setting: str, value: Any, key: str) -> None:
+    with pytest.raises(WorkflowError, match=key):
+        ExecutorSettings(status_command="sacct", **{setting: value})
 
 
-def test_the_pause_the_clock_shortens_is_the_real_plugins_pause_before_sbatch() -> None:
-    """Against the installed plugin's own code, not a stand-in: its run_job sleeps exactly
-    PLUGIN_SUBMIT_PAUSE seconds through the module-level `time`, before it calls sbatch. If
-    upstream moves or changes that pause, this fails instead of the patch silently missing it."""
-    import inspect
+# --- status interval ----------------------------------------------------------------------
 
-    import snakemake_executor_plugin_slurm as official
 
-    from snakemake_executor_plugin_snakedvc_slurm import PLUGIN_SUBMIT_PAUSE
+def test_interval_restarts_after_a_finish_and_otherwise_grows_geometrically_up_to_the_cap() -> None:
+    waits, wait = [], 2.0
+    for _ in range(6):
+        wait = next_status_interval(wait, finished=False, init=2, cap=30, factor=1.5)
+        waits.append(wait)
+    assert waits == [3.0, 4.5, 6.75, 10.125, 15.1875, 22.78125]
+    assert next_status_interval(22.78125, finished=False, init=2, cap=30, factor=1.5) == 30
+    assert next_status_interval(30, finished=False, init=2, cap=30, factor=1.5) == 30
+    assert next_status_interval(30, finished=True, init=2, cap=30, factor=1.5) == 2
 
-    source = inspect.getsource(official.Executor.run_job)
-    pause = source.index(f"time.sleep({PLUGIN_SUBMIT_PAUSE})")
-    assert pause < source.index("subprocess.Popen(")  # before the sbatch call
-    assert official.time.__name__ == "time"  # the module our context manager swaps, unswapped now
+
+def test_status_rounds_set_the_interval_snakemake_sleeps(tmp_path: Path, sacct: FakeSacct) -> None:
+    executor = make_executor(tmp_path, max_seconds_between_status_checks=10, status_backoff_factor=2.0)
+    check(executor, [])  # no active jobs: no query, next look soon
+    assert executor.next_seconds_between_status_checks == 2 and sacct.status_queries() == 0
+    running = submitted(tmp_path, "11")
+    sacct.prints("11|RUNNING\n")
+    waits = []
+    for _ in range(4):
+        assert check(executor, [running]) == [running]
+        waits.append(executor.next_seconds_between_status_checks)
+    assert waits == [4, 8, 10, 10]
+    assert sacct.status_queries() == 4  # one per round: the plugin was not asked again
+    sacct.prints("11|COMPLETED\n")
+    assert check(executor, [running]) == []
+    assert executor.next_seconds_between_status_checks == 2
+    # The plugin's own handling of a finished job: success reported, its SLURM log deleted.
+    assert executor.workflow.scheduler.finished == [running.job]
+    assert not running.aux["slurm_logfile"].exists()
+
+
+def test_plugin_default_first_wait_is_bounded_by_the_cap(tmp_path: Path, sacct: FakeSacct) -> None:
+    executor = make_executor(tmp_path, init_seconds_before_status_checks=40, max_seconds_between_status_checks=30)
+    check(executor, [])
+    assert executor.next_seconds_between_status_checks == 30
+
+
+def test_a_submission_cuts_short_the_wait_snakemake_is_in(tmp_path: Path, sacct: FakeSacct) -> None:
+    """Snakemake sleeps the whole interval in one go (RemoteExecutor.sleep): resetting the
+    interval after a submission must end a long wait already under way, not the one after."""
+    executor = make_executor(tmp_path, init_seconds_before_status_checks=1, no_account=True)
+    executor.wait = True  # as in a running workflow
+    executor.next_seconds_between_status_checks = 30
+    job = Job(7, slurm_partition="cpu")
+    threading.Timer(0.3, executor.run_jobs, args=([job],)).start()
+    started = time.monotonic()
+    asyncio.run(executor.sleep())
+    assert time.monotonic() - started < 3
+    assert executor.next_seconds_between_status_checks == 1
+    # The real plugin did try to submit it (this stand-in job cannot be formatted into a command).
+    assert executor.workflow.scheduler.reported.wait(10) and executor.workflow.scheduler.failed == [job]
+    executor.wait = False
+
+
+def test_shutdown_does_not_wait_out_the_interval(tmp_path: Path) -> None:
+    executor = make_executor(tmp_path)
+    executor.next_seconds_between_status_checks = 30
+    started = time.monotonic()
+    asyncio.run(executor.sleep())  # `wait` is False, as after shutdown()
+    assert time.monotonic() - started < 1
+
+
+# --- states ---------------------------------------------------------------------------------
+
+
+def test_suffixed_cancel_is_reported_here_where_the_plugin_would_wait_forever(tmp_path: Path, sacct: FakeSacct) -> None:
+    executor = make_executor(tmp_path)
+    job = submitted(tmp_path, "12")
+    sacct.prints("12|CANCELLED by 1000\n")
+    assert check(executor, [job], official.Executor.check_active_jobs) == [job]  # upstream: "still running"
+    assert executor.workflow.scheduler.failed == []
+    before = sacct.status_queries()
+    executor.next_seconds_between_status_checks = 20
+    assert check(executor, [job]) == []
+    assert sacct.status_queries() == before + 1
+    assert executor.workflow.scheduler.failed == [job.job]
+    [(message, details)] = job.job.errors
+    assert "SLURM job 12" in message and "'CANCELLED by 1000'" in message and str(job.aux["slurm_logfile"]) in message
+    assert details["aux_logs"] == [str(job.aux["slurm_logfile"])]
+    assert job.aux["slurm_logfile"].exists()  # a failed job's log is kept
+    assert executor.next_seconds_between_status_checks == 2
+
+
+def test_one_round_sorts_running_suffixed_and_terminal_jobs(tmp_path: Path, sacct: FakeSacct) -> None:
+    executor = make_executor(tmp_path)
+    running, pending, unseen = submitted(tmp_path, "21"), submitted(tmp_path, "22"), submitted(tmp_path, "23")
+    cancelled, failed, array_task = submitted(tmp_path, "24"), submitted(tmp_path, "25"), submitted(tmp_path, "26_3")
+    sacct.prints("21|RUNNING\n22|PENDING\n24|CANCELLED by 0\n25|FAILED\n26|COMPLETED\n")
+    still = check(executor, [running, pending, unseen, cancelled, failed, array_task])
+    assert still == [running, pending, unseen]  # not in accounting yet counts as queued, as upstream
+    scheduler = executor.workflow.scheduler
+    assert scheduler.finished == [array_task.job]  # found under its array's id
+    assert scheduler.failed == [cancelled.job, failed.job]
+    # FAILED (no suffix) went to the plugin: its message, with sacct's failure reason.
+    assert "SLURM status is: 'FAILED'" in failed.job.errors[0][0] and "Reason" in failed.job.errors[0][0]
+    assert sacct.status_queries() == 2  # ours, then the plugin's for the jobs it handled
+
+
+def test_failed_status_query_keeps_jobs_where_the_plugin_drops_them(
+    tmp_path: Path, sacct: FakeSacct, caplog: pytest.LogCaptureFixture
+) -> None:
+    executor = make_executor(tmp_path, status_attempts=2)
+    job = submitted(tmp_path, "31")
+    sacct.fail.touch()
+    # Upstream: every attempt fails, none of the jobs comes back, none is reported: Snakemake
+    # forgets the job and waits for it forever.
+    assert check(executor, [job], official.Executor.check_active_jobs) == []
+    assert executor.workflow.scheduler.failed == executor.workflow.scheduler.finished == []
+    caplog.clear()
+    before = sacct.status_queries()
+    for _ in range(4):
+        assert check(executor, [job]) == [job]
+    assert sacct.status_queries() == before + 4
+    [warning] = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]  # once
+    assert "failed 3 times in a row" in warning and "sacct -X" in warning
+    sacct.fail.unlink()
+    sacct.prints("31|COMPLETED\n")
+    assert check(executor, [job]) == [] and executor.workflow.scheduler.finished == [job.job]
+
+
+# --- account --------------------------------------------------------------------------------
+
+
+def test_last_account_reads_the_newest_job_and_ignores_none() -> None:
+    padded = "      root \n" + " " * 250 + "lab-a \n\n"
+    assert last_account(padded) == "lab-a"
+    assert last_account("") is None
+    assert last_account("  lab-a\n  (null)\n") is None
+    assert last_account("none\n") is None
+
+
+def test_no_account_found_submits_without_one_quietly(
+    tmp_path: Path, sacct: FakeSacct, caplog: pytest.LogCaptureFixture
+) -> None:
+    executor = make_executor(tmp_path)
+    caplog.set_level(logging.DEBUG, logger=LOGGER)
+    caplog.clear()
+    sacct.prints("(null)\n")
+    assert [next(executor.get_account_arg(Job())) for _ in range(3)] == ["", "", ""]
+    assert len(sacct.calls.read_text().splitlines()) == 1  # guessed once
+    assert "-nu" in sacct.calls.read_text() and "|" not in sacct.calls.read_text()
+    assert not [r for r in caplog.records if r.levelno >= logging.INFO]
+
+
+def test_no_account_setting_skips_the_guess(tmp_path: Path, sacct: FakeSacct) -> None:
+    executor = make_executor(tmp_path, no_account=True)
+    assert next(executor.get_account_arg(Job())) == ""
+    assert not sacct.calls.exists()
+
+
+# --- against the test cluster -----------------------------------------------------------------
+
+
+def slurm(*command: str) -> str:
+    return subprocess.run(command, check=True, capture_output=True, text=True, timeout=30).stdout.strip()
+
+
+def wait_for(what: str, condition: Any, seconds: float = 30) -> None:
+    deadline = time.monotonic() + seconds
+    while not condition():
+        assert time.monotonic() < deadline, f"no {what} after {seconds} s"
+        time.sleep(0.2)
+
+
+@pytest.mark.slurm
+def test_on_slurm_a_scancelled_job_fails_where_the_plugin_sees_it_running(slurm_cluster: None, tmp_path: Path) -> None:
+    executor = make_executor(tmp_path)
+    log = tmp_path / "slurm_logs" / "sleeper.log"
+    log.parent.mkdir(parents=True, exist_ok=True)
+    jobid = slurm("sbatch", "--parsable", "--job-name", executor.run_uuid, "-o", str(log), "--wrap", "sleep 300")
+    try:
+        wait_for("running job", lambda: slurm("squeue", "-h", "-j", jobid, "-o", "%T") == "RUNNING")
+        slurm("scancel", jobid)
+        # What the plugin's own status query reads (slurmdbd learns of the cancel a moment later).
+        query = shlex.split(query_job_status_sacct(executor.run_uuid))
+        wait_for("'CANCELLED by' in sacct", lambda: slurm(*query) == f"{jobid}|CANCELLED by 0")
+        job = SubmittedJobInfo(Job(1), external_jobid=jobid, aux={"slurm_logfile": log})
+        assert check(executor, [job], official.Executor.check_active_jobs) == [job]  # the upstream bug
+        assert check(executor, [job]) == []
+        assert executor.workflow.scheduler.failed == [job.job]
+        message = job.job.errors[0][0]
+        assert f"SLURM job {jobid} ended as 'CANCELLED by " in message and str(log) in message
+    finally:
+        subprocess.run(["scancel", jobid], check=False)
+
+
+@pytest.mark.slurm
+def test_on_slurm_the_account_is_guessed_once_from_recent_jobs(
+    slurm_cluster: None, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    slurm("sbatch", "--parsable", "--job-name", "snakedvc-account-test", "-o", "/dev/null", "--wrap", "true")
+    account = last_account(slurm("sacct", "-nu", "root", "-o", "Account%256"))
+    assert account  # the job just submitted is there
+    executor = make_executor(tmp_path)
+    caplog.set_level(logging.DEBUG, logger=LOGGER)
+    assert [next(executor.get_account_arg(Job())) for _ in range(2)] == [f" -A {account}"] * 2
+    infos = [r.getMessage() for r in caplog.records if r.levelno >= logging.INFO and "account" in r.getMessage()]
+    assert infos == [f"SLURM account: {account} (from your recent jobs; set resources slurm_account to choose)"]
+    # A given account is the plugin's business (validated with sacctmgr).
+    assert list(executor.get_account_arg(Job(slurm_account=account))) == [f" -A {account}"]
+    # The upstream guess: a shell pipe inside an argument list, always a warning, never an account.
+    logger = logging.getLogger(LOGGER)
+    caplog.clear()
+    assert official.accounts.get_account(logger) is None
+    assert "not able to get a SLURM account via sacct" in caplog.records[-1].getMessage()
+
+
+@pytest.mark.slurm
+def test_the_plugins_start_up_advice_to_use_squeue_is_not_printed(
+    slurm_cluster: None, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Plugin 2.8's settings check, run by its own __post_init__ against the cluster's real
+    MinJobAge (300 s >= 3 x 2 s): the official executor warns that squeue would do; ours, which
+    uses sacct on purpose, does not. Other warnings still pass."""
+    from snakemake_executor_plugin_snakedvc_slurm import SQUEUE_ADVICE
+
+    with caplog.at_level(logging.WARNING, logger=LOGGER):
+        official.Executor.__post_init__(make_executor(tmp_path / "official"))
+    assert any(SQUEUE_ADVICE in r.getMessage() for r in caplog.records), "the plugin no longer warns: drop the filter"
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger=LOGGER):
+        executor = make_executor(tmp_path / "ours")
+        executor.logger.warning("another warning")
+    messages = [r.getMessage() for r in caplog.records]
+    assert not any(SQUEUE_ADVICE in m for m in messages) and "another warning" in messages

@@ -1,7 +1,13 @@
-"""The kit installs on its own: a fresh venv with numpy 2, no molflux, no RDKit, no torch."""
+"""The kit installs on its own, and the environments can be merged.
+
+- Its core, what a step environment needs, is light: no numpy, no Snakemake, no chemistry.
+- One environment with both the engine and the ESOL steps (numpy<2: the SLURM plugin left out,
+  since 2.8 needs numpy 2) runs the ESOL workflow locally with `python: python`, and produces
+  the same bytes as the two-environment setup."""
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 import sys
@@ -10,49 +16,88 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO
+from tests.conftest import REPO, SMALL_RUN, copy_project, md5
 
 CHECK = textwrap.dedent(
     """
     import importlib.util, json, pathlib
-    import numpy, snakedvc
+    import snakedvc
     from snakedvc.workflow import MODULES, kit_schema, module_path
     modules = {name: pathlib.Path(module_path(name)).is_file() for name in MODULES}
-    absent = {name: importlib.util.find_spec(name) is None for name in ("molflux", "rdkit", "torch", "esol")}
-    print(json.dumps({"numpy": numpy.__version__, "modules": modules, "absent": absent,
+    absent = {name: importlib.util.find_spec(name) is None
+              for name in ("numpy", "snakemake", "dvc", "molflux", "rdkit", "torch", "esol",
+                          "snakemake_executor_plugin_snakedvc_slurm")}
+    print(json.dumps({"modules": modules, "absent": absent,
                       "schema": "sweep" in kit_schema()["properties"], "api": sorted(snakedvc.__all__)}))
     """
 )
 
 
-@pytest.mark.slow
-def test_kit_installs_in_a_fresh_venv_with_numpy_2_and_no_chemistry(tmp_path: Path) -> None:
-    venv = tmp_path / "venv"
-    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
-    python = str(venv / "bin" / "python")
+def new_venv(path: Path) -> Path:
+    subprocess.run([sys.executable, "-m", "venv", str(path)], check=True)
+    return path / "bin" / "python"
 
-    def run(*args: str) -> subprocess.CompletedProcess[str]:
-        proc = subprocess.run([python, *args], capture_output=True, text=True, timeout=1200)
-        assert proc.returncode == 0, f"{' '.join(args)}:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
-        return proc
 
-    # The kit without extras, from a copy of its source: no editable link into this checkout, and
-    # setuptools' build/ folder lands in the copy.
-    source = tmp_path / "source"
-    source.mkdir()
+def run(python: Path, *args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    proc = subprocess.run([str(python), *args], capture_output=True, text=True, timeout=1200, cwd=cwd)
+    assert proc.returncode == 0, f"{' '.join(args)}:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+    return proc
+
+
+def source_copy(dest: Path) -> Path:
+    """The kit's source without build leftovers: no editable link into this checkout."""
+    dest.mkdir()
     for name in ("pyproject.toml", "README.md"):
-        shutil.copy2(REPO / name, source / name)
-    shutil.copytree(REPO / "src", source / "src", ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
-    run("-m", "pip", "install", "-q", "--disable-pip-version-check", "numpy>=2", str(source))
-    import json
+        shutil.copy2(REPO / name, dest / name)
+    shutil.copytree(REPO / "src", dest / "src", ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
+    return dest
 
-    found = json.loads(run("-c", CHECK).stdout)
-    assert int(found["numpy"].split(".")[0]) >= 2
+
+@pytest.mark.slow
+def test_kit_core_installs_without_numpy_snakemake_or_chemistry(tmp_path: Path) -> None:
+    python = new_venv(tmp_path / "venv")
+    run(python, "-m", "pip", "install", "-q", "--disable-pip-version-check", str(source_copy(tmp_path / "source")))
+    found = json.loads(run(python, "-c", CHECK).stdout)
     assert found["modules"] == {"tracking": True, "sweep": True}
     assert all(found["absent"].values()), found["absent"]
     assert found["schema"]
     assert "configure" in found["api"] and "sweep_plan" in found["api"]
-    run("-m", "pip", "check")
-    # The command-line entry point works without torch (launch, track, restore, sweeps).
-    help_text = subprocess.run([str(venv / "bin" / "snakedvc"), "--help"], capture_output=True, text=True).stdout
+    run(python, "-m", "pip", "check")
+    # The command-line entry point works in a step environment (launch, track, restore, sweeps).
+    help_text = run(tmp_path / "venv" / "bin" / "snakedvc", "--help").stdout
     assert "launch" in help_text and "sweep-promote" in help_text
+
+
+@pytest.mark.slow
+def test_one_environment_with_engine_and_steps_runs_esol_with_python_on_path(tmp_path: Path) -> None:
+    python = new_venv(tmp_path / "venv")
+    # The steps' lock first (numpy<2), then the engine's pins for what the steps' lock lacks.
+    steps = (REPO / "requirements/esol.lock.txt").read_text().splitlines()
+    names = {line.split("==")[0].lower() for line in steps if "==" in line}
+    engine = [
+        line
+        for line in (REPO / "requirements/engine.lock.txt").read_text().splitlines()
+        if "==" in line and line.split("==")[0].lower() not in names
+    ]
+    constraints = tmp_path / "constraints.txt"
+    constraints.write_text("\n".join([*steps, *engine]) + "\n")
+    pip = ["-m", "pip", "install", "-q", "--disable-pip-version-check", "-c", str(constraints)]
+    run(python, *pip, "torch==2.13.0")
+    run(python, *pip, "-e", str(REPO), "-e", f"{REPO / 'examples/esol'}[steps]", "snakemake", "dvc", "pulp")
+    run(python, "-m", "pip", "check")
+
+    def outputs(project: Path, snakemake: list[str], *config: str) -> dict[str, str]:
+        proc = subprocess.run(
+            [*snakemake, "--profile", "profiles/local", *SMALL_RUN, *config, "snakedvc={tracking: false}"],
+            cwd=project,
+            capture_output=True,
+            text=True,
+            timeout=900,
+        )
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        files = ["results/features/train.npz", "results/model/model.pt", "results/metrics.json"]
+        return {name: md5(project / name) for name in files}
+
+    one = outputs(copy_project(tmp_path / "one"), [str(python), "-m", "snakemake"], "python=python")
+    two = outputs(copy_project(tmp_path / "two"), [sys.executable, "-m", "snakemake"])
+    assert one == two

@@ -5,11 +5,8 @@ from __future__ import annotations
 import copy
 
 import pytest
-import torch
 import yaml
 
-from esol.config import TrainConfig
-from esol.train import train_model
 from snakedvc.config import ConfigError, load_schema, validate_config
 from snakedvc.sweep import (
     Rung,
@@ -21,10 +18,9 @@ from snakedvc.sweep import (
     schedule,
     total_epochs,
 )
-from snakedvc.torch.checkpoint import load_state, save_state
+from snakedvc.torch.checkpoint import load_state
 from snakedvc.workflow import kit_schema
 from tests.conftest import REPO, SCHEMA
-from tests.test_train import esol_features  # noqa: F401 - fixture
 
 SCHEMA_DICT = load_schema(SCHEMA)
 ESOL_CONFIG = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
@@ -235,23 +231,6 @@ def test_trial_metrics_file_gives_the_metric_or_why_the_trial_failed(tmp_path, c
         assert result["metric"] == 0.9
     else:
         assert error in result["error"]
-
-
-def test_continuing_a_short_run_equals_one_long_run(esol_features, tmp_path) -> None:  # noqa: F811
-    cfg = TrainConfig(hidden_sizes=(32,), max_epochs=6, patience=100, batch_size=32, seed=3, checkpoint_every=0)
-    straight = train_model(esol_features["train"], esol_features["valid"], cfg)
-    short = train_model(
-        esol_features["train"], esol_features["valid"], TrainConfig(**{**cfg.__dict__, "max_epochs": 2})
-    )
-    assert short.epochs_trained == 2
-    state_file = save_state(short.final_state, tmp_path / "state.pt")
-    state = load_state(state_file)
-    rest = train_model(esol_features["train"], esol_features["valid"], cfg, initial=copy.deepcopy(state))
-    assert rest.epochs_trained == 4
-    assert rest.history.equals(straight.history)
-    for name, tensor in straight.model.state_dict().items():
-        assert torch.equal(tensor, rest.model.state_dict()[name]), name
-    assert state["epoch"] == 3  # the next epoch to train
 
 
 def test_load_state_names_a_file_that_is_not_a_state(tmp_path) -> None:

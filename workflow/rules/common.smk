@@ -1,5 +1,6 @@
 # Validation of the config, and tiny helpers the rules share. Logic lives in src/snakedvc.
 import json
+import shutil
 from pathlib import Path
 
 from snakemake.exceptions import WorkflowError
@@ -15,6 +16,14 @@ try:
     SWEEP = snakedvc.sweep_plan(config)
 except snakedvc.ConfigError as error:
     raise WorkflowError(f"invalid config (config/config.yaml or --config): {error}") from None
+
+# The steps' Python (config `python`), found before any job starts rather than in every job's log.
+if shutil.which(config["python"]) is None:
+    raise WorkflowError(
+        f"config python: {config['python']!r} is not an executable Python here (working directory "
+        f"{Path.cwd()}): run `make setup`, which creates .venv-esol, or set python to an interpreter "
+        "with the esol package's `steps` extra installed."
+    )
 
 SPLITS = ["train", "valid", "test"]
 

@@ -6,6 +6,7 @@ rule split:
         valid="results/split/valid.csv",
         test="results/split/test.csv",
     params:
+        python=config["python"],
         cfg=section_json("data", "split"),
     log:
         "logs/split.log",
@@ -16,5 +17,5 @@ rule split:
         mem_mb=res("default", "mem_mb"),
         runtime=res("default", "runtime"),
     shell:
-        "python -m esol split --log {log:q} --params {params.cfg:q} --input {input.data:q}"
+        "{params.python:q} -m esol split --log {log:q} --params {params.cfg:q} --input {input.data:q}"
         " --train {output.train:q} --valid {output.valid:q} --test {output.test:q}"

@@ -8,6 +8,8 @@ rule evaluate:
         predictions="results/predictions.csv",
         parity="results/plots/parity.png",
         loss_curve="results/plots/loss.csv",
+    params:
+        python=config["python"],
     log:
         "logs/evaluate.log",
     benchmark:
@@ -17,7 +19,7 @@ rule evaluate:
         mem_mb=res("default", "mem_mb"),
         runtime=res("default", "runtime"),
     shell:
-        "python -m esol evaluate --log {log:q} --model {input.model:q} --test {input.test:q}"
+        "{params.python:q} -m esol evaluate --log {log:q} --model {input.model:q} --test {input.test:q}"
         " --history {input.history:q} --metrics {output.metrics:q}"
         " --predictions {output.predictions:q} --parity {output.parity:q}"
         " --loss-curve {output.loss_curve:q}"

@@ -11,6 +11,7 @@ rule featurise:
         features=featurise_output("npz"),
         rejects=featurise_output("rejects.csv"),
     params:
+        python=config["python"],
         cfg=section_json("featurise"),
         shard=lambda w: w.get("shard", 0),
         shards=config["featurise"]["shards"],
@@ -23,7 +24,7 @@ rule featurise:
         mem_mb=res("featurise", "mem_mb"),
         runtime=res("featurise", "runtime"),
     shell:
-        "python -m esol featurise --log {log:q} --params {params.cfg:q} --input {input.split:q}"
+        "{params.python:q} -m esol featurise --log {log:q} --params {params.cfg:q} --input {input.split:q}"
         " --shard {params.shard} --shards {params.shards}"
         " --output {output.features:q} --rejects {output.rejects:q}"
 
@@ -38,6 +39,7 @@ if config["featurise"]["shards"] > 1:
             features="results/features/{split}.npz",
             rejects="results/features/{split}.rejects.csv",
         params:
+            python=config["python"],
             cfg=section_json("featurise"),
         log:
             "logs/featurise/{split}.log",
@@ -46,7 +48,7 @@ if config["featurise"]["shards"] > 1:
         # Streams the shards into one file on the submit host: I/O only, not worth a job.
         localrule: True
         shell:
-            "python -m esol gather-features --log {log:q} --params {params.cfg:q}"
+            "{params.python:q} -m esol gather-features --log {log:q} --params {params.cfg:q}"
             " --where results/split/{wildcards.split}.csv"
             " --features {input.features:q} --shard-rejects {input.rejects:q}"
             " --output {output.features:q} --rejects {output.rejects:q}"

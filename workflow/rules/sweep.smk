@@ -22,6 +22,7 @@ rule sweep_featurise:
         features=f"{SWEEP.root}/features/{{fkey}}/{{split}}.npz",
         rejects=f"{SWEEP.root}/features/{{fkey}}/{{split}}.rejects.csv",
     params:
+        python=config["python"],
         cfg=lambda w: json.dumps(SWEEP.variants("featurise")[w.fkey], sort_keys=True),
     log:
         f"logs/sweeps/{SWEEP.name}/featurise/{{fkey}}/{{split}}.log",
@@ -32,7 +33,7 @@ rule sweep_featurise:
         mem_mb=res("featurise", "mem_mb"),
         runtime=res("featurise", "runtime"),
     shell:
-        "python -m esol featurise --log {log:q} --params {params.cfg:q} --input {input.split:q}"
+        "{params.python:q} -m esol featurise --log {log:q} --params {params.cfg:q} --input {input.split:q}"
         " --output {output.features:q} --rejects {output.rejects:q}"
 
 
@@ -64,6 +65,8 @@ rule sweep_evaluate:
         predictions=f"{SWEEP.root}/final/predictions.csv",
         parity=f"{SWEEP.root}/final/parity.png",
         loss_curve=f"{SWEEP.root}/final/loss.csv",
+    params:
+        python=config["python"],
     log:
         f"logs/sweeps/{SWEEP.name}/evaluate.log",
     benchmark:
@@ -73,7 +76,7 @@ rule sweep_evaluate:
         mem_mb=res("default", "mem_mb"),
         runtime=res("default", "runtime"),
     shell:
-        "python -m esol evaluate --log {log:q} --model {input.model:q} --test {input.test:q}"
+        "{params.python:q} -m esol evaluate --log {log:q} --model {input.model:q} --test {input.test:q}"
         " --history {input.history:q} --metrics {output.metrics:q}"
         " --predictions {output.predictions:q} --parity {output.parity:q}"
         " --loss-curve {output.loss_curve:q}"

@@ -10,6 +10,7 @@ rule train:
     benchmark:
         "logs/benchmarks/train.tsv"
     params:
+        python=config["python"],
         cfg=section_json("train"),
         nodes=res("train", "nodes"),
         procs=res("train", "processes"),
@@ -25,6 +26,6 @@ rule train:
     # `exec`: the trainer must be Snakemake's direct child, so SLURM's SIGTERM reaches it and
     # Snakemake waits for its checkpoint; a bash in between would die on TERM first.
     shell:
-        "exec snakedvc launch --log {log:q} --nodes {params.nodes} --procs-per-node {params.procs}"
-        " -- python -m esol train --params {params.cfg:q} --train {input.train:q} --valid {input.valid:q}"
+        "exec {params.python:q} -m snakedvc launch --log {log:q} --nodes {params.nodes} --procs-per-node {params.procs}"
+        " -- {params.python:q} -m esol train --params {params.cfg:q} --train {input.train:q} --valid {input.valid:q}"
         " --model {output.model:q} --history {output.history:q} {params.trial}"

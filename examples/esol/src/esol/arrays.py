@@ -81,7 +81,10 @@ class NpzWriter:
                 for name in sorted(self._columns):
                     column = self._columns[name]
                     shape = (column.rows, *column.row_shape)
-                    header = {"descr": np.lib.format.dtype_to_descr(column.dtype), "fortran_order": False}
+                    header: dict[str, Any] = {
+                        "descr": np.lib.format.dtype_to_descr(column.dtype),
+                        "fortran_order": False,
+                    }
                     header["shape"] = () if column.scalar else shape
                     _write_entry(archive, name, header, column.handle)
         finally:

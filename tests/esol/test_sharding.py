@@ -21,7 +21,7 @@ from esol.features import (
     shard_bounds,
 )
 from tests.conftest import md5
-from tests.test_features import MOLECULES
+from tests.esol.test_features import MOLECULES
 
 # Stereo, charges, aromatic heterocycles, isotopes, salts, radicals, a macrocycle, organometallics.
 EDGE_CASES = [

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import copy
 from pathlib import Path
 
 import numpy as np
@@ -12,6 +13,7 @@ from esol.evaluate import predict, regression_metrics
 from esol.features import FeatureSet, featurise_table
 from esol.model import load_model
 from esol.train import epoch_order, save_result, train_model
+from snakedvc.torch.checkpoint import load_state, save_state
 from tests.conftest import REPO
 
 SMALL = TrainConfig(hidden_sizes=(64,), max_epochs=8, patience=100, batch_size=32, seed=7)
@@ -104,3 +106,21 @@ def test_descriptor_features_are_standardised_in_training_and_in_prediction(tmp_
 def test_fingerprint_models_carry_no_feature_scaling(esol_features) -> None:
     result = train_model(esol_features["train"], esol_features["valid"], SMALL)
     assert "x_mean" not in result.meta
+
+
+# A sweep trial continues its previous rung's state (snakedvc.torch's save_state / load_state).
+def test_continuing_a_short_run_equals_one_long_run(esol_features, tmp_path) -> None:
+    cfg = TrainConfig(hidden_sizes=(32,), max_epochs=6, patience=100, batch_size=32, seed=3, checkpoint_every=0)
+    straight = train_model(esol_features["train"], esol_features["valid"], cfg)
+    short = train_model(
+        esol_features["train"], esol_features["valid"], TrainConfig(**{**cfg.__dict__, "max_epochs": 2})
+    )
+    assert short.epochs_trained == 2
+    state_file = save_state(short.final_state, tmp_path / "state.pt")
+    state = load_state(state_file)
+    rest = train_model(esol_features["train"], esol_features["valid"], cfg, initial=copy.deepcopy(state))
+    assert rest.epochs_trained == 4
+    assert rest.history.equals(straight.history)
+    for name, tensor in straight.model.state_dict().items():
+        assert torch.equal(tensor, rest.model.state_dict()[name]), name
+    assert state["epoch"] == 3  # the next epoch to train

@@ -1,0 +1,329 @@
+"""The official SLURM executor with four fixes: `executor: snakedvc-slurm`.
+
+Everything else (sbatch flags from resources, job scripts, failure reasons, log deletion,
+retries, cancelling) is snakemake-executor-plugin-slurm's own. Written for plugin
+>=2.7.1,<2.9 (checked at import). This subclass only overrides public methods of its
+Executor, and each fix is also a ready upstream patch in docs/upstream/ (README.md there):
+
+- Suffixed sacct states (docs/upstream/0001-read-suffixed-sacct-states.patch). sacct
+  reports a scancel'd job as "CANCELLED by <uid>"; the plugin matches states whole, so it
+  reports that job as running forever and the workflow hangs. Here a state is read by its
+  first word.
+- Bounded status back-off (docs/upstream/0002-bounded-status-backoff.patch). The plugin
+  waits 10 s longer after every status round in which no job finished, up to 180 s, so a
+  short job's successor may start minutes late. Here the wait restarts at
+  `init-seconds-before-status-checks` after a job finishes or is submitted, grows by
+  `status-backoff-factor` per quiet round and never exceeds
+  `max-seconds-between-status-checks` (default 30 s: two queries a minute while only long
+  jobs run). A round costs one sacct (or squeue) call; a round in which a job ended costs a
+  second one, the plugin's own, which handles that job.
+- Failed status queries (docs/upstream/0004-keep-jobs-when-status-query-fails.patch). When
+  all of a round's status queries fail (slurmdbd busy or restarting), the plugin yields
+  none of the active jobs: Snakemake forgets them and waits forever. Here they stay active
+  and are queried again next round; three failures in a row are reported once.
+- Account guessing (docs/upstream/0003-account-guess-without-shell-pipe.patch). Without a
+  `slurm_account` resource the plugin runs `sacct ... | tail -1` as one argument list (the
+  pipe goes to sacct as arguments), which always fails, and warns three times per run.
+  Here the account of your recent jobs is read with a proper argument list, once, and
+  logged in one line.
+
+Snakemake names a plugin's settings after the plugin, so in a profile they are spelled
+`snakedvc-slurm-<setting>` (e.g. `snakedvc-slurm-status-command`).
+"""
+
+# No `from __future__ import annotations`: Snakemake builds its command-line options from
+# the settings' field types, which must be real types, not strings.
+
+import asyncio
+import getpass
+import importlib.metadata
+import logging
+import shlex
+import subprocess
+import threading
+import time
+from collections.abc import AsyncGenerator, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from packaging.specifiers import SpecifierSet
+from packaging.version import InvalidVersion, Version
+from snakemake_executor_plugin_slurm import Executor as SlurmExecutor
+from snakemake_executor_plugin_slurm import ExecutorSettings as SlurmExecutorSettings
+from snakemake_executor_plugin_slurm import common_settings  # noqa: F401 - required by Snakemake
+from snakemake_executor_plugin_slurm.accounts import validate_account
+from snakemake_executor_plugin_slurm.job_status_query import (
+    query_job_status,
+    query_job_status_sacct,
+    query_job_status_squeue,
+)
+from snakemake_interface_common.exceptions import WorkflowError
+from snakemake_interface_executor_plugins.executors.base import SubmittedJobInfo
+
+PLUGIN = "snakemake-executor-plugin-slurm"
+# The releases whose check_active_jobs, get_account_arg, run_jobs and status-query helpers
+# these overrides were read against (2.7.1 and 2.8.0 are identical there).
+SUPPORTED_PLUGIN_VERSIONS = ">=2.7.1,<2.9"
+
+
+class UnsupportedPluginVersion(ImportError):
+    pass
+
+
+def check_plugin_version(installed: str) -> None:
+    """Raise unless ``installed`` is a plugin release these overrides were written for."""
+    try:
+        supported = SpecifierSet(SUPPORTED_PLUGIN_VERSIONS).contains(Version(installed), prereleases=True)
+    except InvalidVersion:
+        supported = False
+    if not supported:
+        raise UnsupportedPluginVersion(
+            f"snakedvc-slurm supports {PLUGIN} {SUPPORTED_PLUGIN_VERSIONS}, but {installed} is installed. "
+            f"Install a supported release (pip install '{PLUGIN}{SUPPORTED_PLUGIN_VERSIONS}'), or re-check the "
+            "overrides in snakemake_executor_plugin_snakedvc_slurm against the new release (the patches in "
+            "docs/upstream/ say what each one fixes) and widen SUPPORTED_PLUGIN_VERSIONS."
+        )
+
+
+check_plugin_version(importlib.metadata.version(PLUGIN))
+
+# States of a job that is still queued or running (SLURM's job state codes): such a job
+# needs nothing from the plugin this round.
+ACTIVE_STATES = frozenset(
+    {
+        "PENDING",
+        "RUNNING",
+        "REQUEUED",
+        "REQUEUE_FED",
+        "REQUEUE_HOLD",
+        "RESIZING",
+        "SUSPENDED",
+        "CONFIGURING",
+        "COMPLETING",
+        "STAGE_OUT",
+        "SIGNALING",
+        "SPECIAL_EXIT",
+        "STOPPED",
+        "RESV_DEL_HOLD",
+        "POWER_UP_NODE",
+    }
+)
+# The plugin's fail_stati (check_active_jobs) less NODE_FAIL, which it handles apart (requeue).
+FAIL_STATES = frozenset({"BOOT_FAIL", "CANCELLED", "DEADLINE", "FAILED", "OUT_OF_MEMORY", "TIMEOUT", "ERROR"})
+# Failed status rounds in a row before the user hears of it (one blip is normal on a busy cluster).
+STATUS_FAILURES_BEFORE_WARNING = 3
+# How often a status-check wait looks whether a submission shortened it.
+SLEEP_SLICE_SECONDS = 0.5
+
+
+@dataclass
+class ExecutorSettings(SlurmExecutorSettings):
+    max_seconds_between_status_checks: int = field(
+        default=30,
+        metadata={
+            "help": "Upper bound on the seconds between two status queries (one sacct or squeue call for all "
+            "active jobs; the official plugin grows the wait by 10 s per quiet round, up to 180 s). Also bounds "
+            "init-seconds-before-status-checks.",
+            "env_var": False,
+            "required": False,
+        },
+    )
+
+    status_backoff_factor: float = field(
+        default=1.5,
+        metadata={
+            "help": "After a status round in which no job finished, the wait before the next one is multiplied "
+            "by this (>= 1; 1 polls at a fixed rate). It restarts at init-seconds-before-status-checks when a job "
+            "finishes or is submitted.",
+            "env_var": False,
+            "required": False,
+        },
+    )
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        cap = self.max_seconds_between_status_checks
+        if isinstance(cap, bool) or not isinstance(cap, int) or cap < 1:
+            raise WorkflowError(
+                f"snakedvc-slurm-max-seconds-between-status-checks must be an integer >= 1, got {cap!r}"
+            )
+        factor = self.status_backoff_factor
+        if isinstance(factor, bool) or not isinstance(factor, int | float) or not 1 <= factor < float("inf"):
+            raise WorkflowError(f"snakedvc-slurm-status-backoff-factor must be a number >= 1, got {factor!r}")
+
+
+def next_status_interval(previous: float, *, finished: bool, init: float, cap: float, factor: float) -> float:
+    """Seconds until the next status query: ``init`` after a round in which a job finished,
+    otherwise ``factor`` times longer than the last wait; never more than ``cap``."""
+    return min(init if finished else previous * factor, cap)
+
+
+def last_account(sacct_output: str) -> str | None:
+    """The account of the newest job in `sacct -n -o Account` output, None when there is none."""
+    lines = [line.strip() for line in sacct_output.splitlines() if line.strip()]
+    account = lines[-1] if lines else ""
+    return None if account.lower() in {"", "(null)", "none"} else account
+
+
+class _DropMessages(logging.Filter):
+    """Drops log records whose message contains any of ``fragments``."""
+
+    def __init__(self, *fragments: str) -> None:
+        super().__init__()
+        self.fragments = fragments
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not any(fragment in record.getMessage() for fragment in self.fragments)
+
+
+# Plugin 2.7-2.8 warns "MinJobAge ...s (>= ...s). 'squeue' should work reliably for status queries."
+# at every start when the status command is sacct and MinJobAge is at least 3 init intervals, which
+# is every run of profiles/slurm: advice against a choice made on purpose (sacct gives failure
+# reasons), printed each time. Only that one start-up message is dropped.
+SQUEUE_ADVICE = "'squeue' should work reliably"
+
+
+class Executor(SlurmExecutor):
+    def __post_init__(self, test_mode: bool = False) -> None:
+        quiet = _DropMessages(SQUEUE_ADVICE)
+        if isinstance(self.logger, logging.Logger):
+            self.logger.addFilter(quiet)
+        try:
+            super().__post_init__(test_mode)
+        finally:
+            if isinstance(self.logger, logging.Logger):
+                self.logger.removeFilter(quiet)
+        # Our account guess, made once (" -A acct" or ""); the lock because the plugin
+        # submits from two threads.
+        self._guessed_account_arg: str | None = None
+        self._account_lock = threading.Lock()
+        self._failed_status_queries = 0  # in a row
+
+    def _initial_interval(self) -> float:
+        settings = self.workflow.executor_settings
+        init = settings.init_seconds_before_status_checks or 40  # the plugin's fallback for None
+        return min(init, settings.max_seconds_between_status_checks)
+
+    def run_jobs(self, jobs: list[Any]) -> None:
+        # Why: a new job may be short; without this its first status query would wait for
+        # however long the back-off has grown while older, long jobs were running.
+        super().run_jobs(jobs)
+        if jobs:
+            self.next_seconds_between_status_checks = self._initial_interval()
+
+    async def sleep(self) -> None:
+        # Why: Snakemake's RemoteExecutor.sleep waits the whole interval in one asyncio.sleep,
+        # so run_jobs shortening it would only apply to the wait after next. Waiting in
+        # slices that re-read the interval makes a submission's reset take effect now, and
+        # lets shutdown (which sets `wait` False, then joins this thread) end without a wait.
+        started = time.monotonic()
+        while self.wait and (left := self.next_seconds_between_status_checks - (time.monotonic() - started)) > 0:
+            await asyncio.sleep(min(left, SLEEP_SLICE_SECONDS))
+
+    async def check_active_jobs(self, active_jobs: list[SubmittedJobInfo]) -> AsyncGenerator[SubmittedJobInfo, None]:
+        # Why: plugin 2.7-2.8 matches sacct states whole, so "CANCELLED by <uid>" (every
+        # scancel) counts as running forever; and it queries and backs off linearly to 180 s.
+        # Here one query per round reads each state's first word. Jobs still queued or
+        # running go straight back; suffixed failures are reported here; jobs in any other
+        # state (COMPLETED, FAILED, TIMEOUT, NODE_FAIL, PREEMPTED, ...) go to the plugin,
+        # whose handling of them (failure reasons, log deletion, failed-node tracking) is
+        # then unchanged.
+        previous = self.next_seconds_between_status_checks
+        if not active_jobs:  # nothing to ask SLURM; the next job gets a prompt first look
+            self.next_seconds_between_status_checks = self._initial_interval()
+            return
+        command, states = await self._query_states()
+        finished = False
+        if states is None:
+            # Not handed to the plugin: when its own query fails too it yields none of the
+            # jobs, Snakemake forgets them and the workflow hangs. Keep them, ask next round.
+            self._failed_status_queries += 1
+            if self._failed_status_queries == STATUS_FAILURES_BEFORE_WARNING:
+                self.logger.warning(
+                    f"The SLURM status query has failed {STATUS_FAILURES_BEFORE_WARNING} times in a row; the jobs "
+                    f"are kept as running and queried again. Run it to see why: {command}. Without an accounting "
+                    "database (slurmdbd) sacct cannot work: set snakedvc-slurm-status-command: squeue."
+                )
+            for job in active_jobs:
+                yield job
+        else:
+            self._failed_status_queries = 0
+            for_plugin: list[SubmittedJobInfo] = []
+            for job in active_jobs:
+                state = self._state_of(job, states)
+                word = state.split()[0] if state else None
+                if word is None or word in ACTIVE_STATES:
+                    yield job  # queued, running, or not in accounting yet (as the plugin does)
+                elif word in FAIL_STATES and word != state:
+                    logfile = job.aux.get("slurm_logfile")
+                    self.report_job_error(
+                        job,
+                        msg=f"SLURM job {job.external_jobid} ended as '{state}' (SLURM log: {logfile}). ",
+                        aux_logs=[str(logfile)] if logfile else [],
+                    )
+                    finished = True
+                else:
+                    for_plugin.append(job)
+            if for_plugin:
+                still_active = [job async for job in super().check_active_jobs(for_plugin)]
+                for job in still_active:
+                    yield job
+                finished = finished or len(still_active) < len(for_plugin)
+        # min(): the plugin's own update (when it ran) does not count, a submission's reset does.
+        previous = min(previous, self.next_seconds_between_status_checks)
+        settings = self.workflow.executor_settings
+        self.next_seconds_between_status_checks = next_status_interval(
+            previous,
+            finished=finished,
+            init=self._initial_interval(),
+            cap=settings.max_seconds_between_status_checks,
+            factor=settings.status_backoff_factor,
+        )
+
+    async def _query_states(self) -> tuple[str, dict[str, str] | None]:
+        """The plugin's own status command, and job id -> SLURM state from it (None if it failed)."""
+        if self.get_status_command() == "sacct":
+            command = query_job_status_sacct(self.run_uuid)
+        else:
+            command = query_job_status_squeue(self.run_uuid)
+        async with self.status_rate_limiter:
+            states, _duration = await query_job_status(command, self.logger)
+        return command, states
+
+    @staticmethod
+    def _state_of(job: SubmittedJobInfo, states: dict[str, str]) -> str | None:
+        # An array task ("<jobid>_<task>") may be listed under its array's id (sacct -X).
+        jobid = job.external_jobid
+        return states.get(jobid) or states.get(jobid.split("_", 1)[0])
+
+    def get_account_arg(self, job: Any) -> Iterator[str]:
+        # Why: without a slurm_account the plugin's guess pipes sacct into `tail` inside one
+        # argument list, which always fails ("sacct: invalid option"), with three warnings
+        # per run. A given account is the plugin's business; the guess is made here.
+        if job.resources.get("slurm_account"):
+            yield from super().get_account_arg(job)
+            return
+        if self.workflow.executor_settings.no_account:  # a plugin setting the plugin itself ignores
+            yield ""
+            return
+        with self._account_lock:
+            if self._guessed_account_arg is None:
+                self._guessed_account_arg = self._guess_account_arg()
+        yield self._guessed_account_arg
+
+    def _guess_account_arg(self) -> str:
+        """The sbatch argument for the account of your newest job (" -A acct"), or "" for your default."""
+        command = ["sacct", "-nu", getpass.getuser(), "-o", "Account%256"]
+        try:
+            output = subprocess.run(command, capture_output=True, text=True, check=True, timeout=60).stdout
+        except (OSError, subprocess.SubprocessError) as e:
+            self.logger.debug(f"No SLURM account given and none guessed ({shlex.join(command)}: {e}).")
+            return ""
+        account = last_account(output)
+        if account is None:
+            self.logger.debug("No SLURM account given or found in your recent jobs: submitting without -A.")
+            return ""
+        # As the plugin does: an account sacctmgr rejects is an error, "" means it cannot tell.
+        account = validate_account(account, self.logger) or account
+        self.logger.info(f"SLURM account: {account} (from your recent jobs; set resources slurm_account to choose)")
+        return f" -A {shlex.quote(account)}"
