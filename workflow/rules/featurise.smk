@@ -23,6 +23,9 @@ rule featurise:
     resources:
         mem_mb=res("featurise", "mem_mb"),
         runtime=res("featurise", "runtime"),
+    # Many short jobs when sharded: a cluster profile may run several to a job (profiles/slurm:
+    # group-components), one sbatch call and one Snakemake start-up for all of them.
+    group: "shards" if config["featurise"]["shards"] > 1 else None
     shell:
         "{params.python:q} -m esol featurise --log {log:q} --params {params.cfg:q} --input {input.split:q}"
         " --shard {params.shard} --shards {params.shards}"
