@@ -152,3 +152,19 @@ def trainers_in(workdir: Path, *command: bytes) -> list[int]:
         if all(word in argv for word in words) and cwd == workdir.resolve():
             found.append(int(proc.name))
     return sorted(found)
+
+
+SLURM_TOOLS = {"sbatch", "srun", "squeue", "sacct", "sinfo", "scontrol", "scancel", "sacctmgr", "salloc", "sstat"}
+
+
+def without_slurm(tmp_path: Path) -> dict[str, str]:
+    """An environment whose PATH has /usr/bin's tools but none of SLURM's (a laptop)."""
+    import os
+
+    bindir = tmp_path / "no-slurm-bin"
+    bindir.mkdir()
+    for entry in Path("/usr/bin").iterdir():
+        if entry.name not in SLURM_TOOLS:
+            (bindir / entry.name).symlink_to(entry)
+    assert shutil.which("sbatch", path=str(bindir)) is None
+    return {"HOME": os.environ.get("HOME", "/root"), "PATH": str(bindir)}

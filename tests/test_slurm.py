@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import re
 import subprocess
 import sys
@@ -12,7 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.conftest import REPO, SMALL_RUN, copy_project, md5, run_snakemake, slurm_jobs_by_rule
+from tests.conftest import REPO, SMALL_RUN, copy_project, md5, run_snakemake, slurm_jobs_by_rule, without_slurm
 
 pytestmark = pytest.mark.slurm
 
@@ -159,16 +158,7 @@ def test_scancelled_job_is_reported_and_retried(slurm_cluster, project: Path) ->
 
 
 def test_dry_run_without_slurm_binaries(tmp_path: Path, project: Path) -> None:
-    import shutil
-
-    slurm_tools = {"sbatch", "srun", "squeue", "sacct", "sinfo", "scontrol", "scancel", "sacctmgr", "salloc", "sstat"}
-    bindir = tmp_path / "bin"
-    bindir.mkdir()
-    for entry in Path("/usr/bin").iterdir():
-        if entry.name not in slurm_tools:
-            (bindir / entry.name).symlink_to(entry)
-    assert shutil.which("sbatch", path=str(bindir)) is None
-    env = {"HOME": os.environ.get("HOME", "/root"), "PATH": str(bindir)}
+    env = without_slurm(tmp_path)
     proc = subprocess.run(
         [sys.executable, "-m", "snakemake", "-n", "--profile", "profiles/slurm"],
         cwd=project,

@@ -26,14 +26,13 @@ import snakemake
 import yaml
 from packaging.version import Version
 
-from tests.conftest import REPO, SNAKEMAKE
+from tests.conftest import REPO, SNAKEMAKE, without_slurm
 
 pytestmark = pytest.mark.skipif(
     Version(snakemake.__version__) < Version("9.27.1"),
     reason=f"guards the behaviour of Snakemake >= 9.27.1 (this is {snakemake.__version__})",
 )
 
-SLURM_TOOLS = {"sbatch", "srun", "squeue", "sacct", "sinfo", "scontrol", "scancel", "sacctmgr", "salloc", "sstat"}
 # Resources Snakemake reads as sizes (MB) or durations (minutes): the ones 9.16.3 made strict.
 SIZE_OR_TIME = re.compile(r"^(mem|disk)(_[a-z]+)?$|^runtime$")
 
@@ -66,17 +65,6 @@ def shipped_profile(name: str) -> Path:
 def shipped_profile_settings(name: str) -> dict[str, Any]:
     settings: dict[str, Any] = yaml.safe_load((shipped_profile(name) / "config.yaml").read_text())
     return settings
-
-
-def without_slurm(tmp_path: Path) -> dict[str, str]:
-    """An environment whose PATH has /usr/bin's tools but none of SLURM's (a laptop)."""
-    bindir = tmp_path / "no-slurm-bin"
-    bindir.mkdir()
-    for entry in Path("/usr/bin").iterdir():
-        if entry.name not in SLURM_TOOLS:
-            (bindir / entry.name).symlink_to(entry)
-    assert shutil.which("sbatch", path=str(bindir)) is None
-    return {"HOME": os.environ.get("HOME", "/root"), "PATH": str(bindir)}
 
 
 def size_and_time_resources(resources: Any, where: str) -> Iterator[tuple[str, Any]]:
