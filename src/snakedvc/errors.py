@@ -1,9 +1,10 @@
-"""The resume helpers' exception and exit status, importable without torch (a CLI can catch them
+"""The resume helpers' exceptions and exit status, importable without torch (a CLI can catch them
 for every subcommand without paying torch's import, ≈1 s and ≈300 MB)."""
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 # Exit status of a trainer that checkpointed and stopped on request (EX_TEMPFAIL):
 # non-zero, so Snakemake retries the job, which resumes.
@@ -17,3 +18,12 @@ class TrainingStopped(RuntimeError):
         where = f"checkpoint kept: {checkpoint}" if checkpoint else "no checkpoint store"
         super().__init__(f"stopped on {signame} at epoch {epoch} step {step}; {where}; a rerun resumes from it")
         self.checkpoint = checkpoint
+
+
+class CheckpointBusy(RuntimeError):
+    """Another live trainer holds the lease on a checkpoint folder (``holder``: its lease record)."""
+
+    def __init__(self, message: str, lease_file: Path | None = None, holder: dict[str, Any] | None = None) -> None:
+        super().__init__(message)
+        self.lease_file = lease_file
+        self.holder = holder or {}

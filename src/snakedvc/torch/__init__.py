@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from snakedvc.errors import EXIT_CHECKPOINTED, TrainingStopped
+from snakedvc.errors import EXIT_CHECKPOINTED, CheckpointBusy, TrainingStopped
 from snakedvc.torch.options import add_resume_arguments
 
 if TYPE_CHECKING:
@@ -20,6 +20,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "EXIT_CHECKPOINTED",
+    "CheckpointBusy",
     "DistContext",
     "Resumable",
     "Start",

@@ -13,12 +13,20 @@ def add_resume_arguments(
     continue_from: str = "--continue-from",
     final_state: str = "--final-state",
 ) -> None:
-    """Add --checkpoint-dir, --continue-from and --final-state, which `Resumable.from_args` reads.
+    """Add --checkpoint-dir, --continue-from, --final-state and --lease-wait, which `Resumable.from_args` reads.
 
-    The last two may be named otherwise; their values land in ``args.continue_from`` and
-    ``args.final_state`` either way.
+    --continue-from and --final-state may be named otherwise; their values land in
+    ``args.continue_from`` and ``args.final_state`` either way.
     """
     parser.add_argument("--checkpoint-dir", default=checkpoint_dir, help="where this run's checkpoints live")
+    parser.add_argument(
+        "--lease-wait",
+        type=float,
+        default=60.0,  # checkpoint.DEFAULT_LEASE_WAIT_S (not imported here: it imports torch)
+        metavar="SECONDS",
+        help="how long to wait for another trainer of the same run that holds the checkpoint folder "
+        "(a retried SLURM job whose predecessor still writes its SIGTERM checkpoint) before failing",
+    )
     parser.add_argument(
         continue_from,
         dest="continue_from",

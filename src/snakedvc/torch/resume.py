@@ -21,6 +21,12 @@ model, optimizer, every rank's RNG states, the data position (epoch, step) and
 the user's ``extra`` state. What a checkpoint cannot hold must be a pure
 function of the position for an exact resume: the batch order of an epoch
 (seed it with the epoch, e.g. ``DistributedSampler.set_epoch``).
+
+From ``load`` to ``finish`` or the stop, rank 0 holds a lease on the run's
+checkpoint folder (``snakedvc.torch.checkpoint.CheckpointLease``): a second
+trainer of the same run (an orphan of a dead workflow controller, a retry that
+starts while its predecessor writes its SIGTERM checkpoint) waits for it, then
+fails with ``CheckpointBusy`` naming the holder's host, pid and SLURM job.
 """
 
 from __future__ import annotations
@@ -39,6 +45,9 @@ from torch.optim import Optimizer
 
 from snakedvc.errors import TrainingStopped
 from snakedvc.torch.checkpoint import (
+    DEFAULT_LEASE_WAIT_S,
+    CheckpointBusy,
+    CheckpointLease,
     CheckpointStore,
     StopRequest,
     load_state,
@@ -87,7 +96,8 @@ class Resumable:
     path, or a state already loaded) is where to start when there is no checkpoint: the final
     state of an earlier, shorter run of the same trial; ``final_state`` is where ``finish`` writes
     the state at the end. ``root=None`` keeps no checkpoints. ``stop`` defaults to a StopRequest on
-    SIGTERM and SIGINT; ``ctx`` to the torchrun environment.
+    SIGTERM and SIGINT; ``ctx`` to the torchrun environment. ``lease_wait_s``: how long ``load``
+    waits for another trainer that holds the checkpoint folder before it raises CheckpointBusy.
     """
 
     def __init__(
@@ -102,8 +112,11 @@ class Resumable:
         final_state: str | Path | None = None,
         stop: Stop | None = None,
         ctx: DistContext | None = None,
+        lease_wait_s: float = DEFAULT_LEASE_WAIT_S,
     ) -> None:
         self.ctx = ctx or detect()
+        self.lease_wait_s = lease_wait_s
+        self._lease: CheckpointLease | None = None  # rank 0's, from load to finish or stop
         self.keep_checkpoints = keep_checkpoints
         self.final_state = Path(final_state) if final_state else None
         self.continue_from: dict[str, Any] | None = None
@@ -133,6 +146,7 @@ class Resumable:
             root=args.checkpoint_dir,
             continue_from=args.continue_from,
             final_state=args.final_state,
+            lease_wait_s=args.lease_wait,
             **kwargs,
         )
 
@@ -148,10 +162,20 @@ class Resumable:
 
         Also registers what later checkpoints hold: ``extra`` returns the user's own state (best so
         far, history...). It is called on every rank at the same point, so it may all-reduce.
+        First rank 0 takes the lease on the checkpoint folder (CheckpointBusy if another trainer
+        keeps it); the other ranks wait for that, so all read the same newest checkpoint.
         """
         self._model = model.module if isinstance(model, nn.parallel.DistributedDataParallel) else model
         self._optimizer = optimizer
         self._extra = extra
+        self._take_lease()
+        try:
+            return self._restore(self._model, optimizer, first_epoch)
+        except BaseException:  # a checkpoint that does not fit the model: no lease left behind
+            self._release_lease()
+            raise
+
+    def _restore(self, model: nn.Module, optimizer: Optimizer | None, first_epoch: int) -> Start:
         state = self.store.load_latest() if self.store else None
         source = "checkpoint"
         if state is None and self.continue_from is not None:
@@ -159,7 +183,7 @@ class Resumable:
         if state is None:
             start = Start(first_epoch)
         else:
-            self._model.load_state_dict(state["model"])
+            model.load_state_dict(state["model"])
             if optimizer is not None:
                 optimizer.load_state_dict(state["optimizer"])
             set_rng_state(self._rng_of(state))
@@ -190,6 +214,7 @@ class Resumable:
                 signum = getattr(self.stop, "signum", None)
                 signame = signal.Signals(signum).name if signum else "request"
                 self._checkpoint(epoch, step, signame)
+                self._release_lease()  # the stop checkpoint is written: a retry may take over at once
                 # Every rank names the file rank 0 writes (it may still be writing it).
                 raise TrainingStopped(self.store.path(epoch, step) if self.store else None, epoch, step, signame)
             yield step, batch
@@ -215,11 +240,14 @@ class Resumable:
         state = copy.deepcopy(self._state(epoch, step, "end of run"))
         if not self.ctx.is_main:
             return {}
-        if self.final_state:
-            save_state(state, self.final_state)
-            log.info("final state (epoch %d next): %s", epoch, self.final_state)
-        if self.store and not self.keep_checkpoints:
-            self.store.remove_all()
+        try:
+            if self.final_state:
+                save_state(state, self.final_state)
+                log.info("final state (epoch %d next): %s", epoch, self.final_state)
+            if self.store and not self.keep_checkpoints:
+                self.store.remove_all()
+        finally:
+            self._release_lease()
         return state
 
     def _position(self, next_epoch: int | None, next_step: int) -> tuple[int, int]:
@@ -228,6 +256,30 @@ class Resumable:
         if self._next is None:
             raise RuntimeError("call Resumable.load(model, ...) before saving: it says what a checkpoint holds")
         return self._next
+
+    def _take_lease(self) -> None:
+        """Rank 0 leases the checkpoint folder; every rank learns the outcome (one all_gather), so a
+        refusal fails all ranks alike instead of leaving the others blocked in a later collective."""
+        if self.store is None:
+            return
+        refusal: Exception | None = None
+        if self.ctx.is_main and self._lease is None:
+            lease = self.store.lease(wait_s=self.lease_wait_s)
+            try:
+                self._lease = lease.acquire()
+            except Exception as error:  # an unwritable folder too: the other ranks must hear of it
+                refusal = error
+        if self.ctx.distributed:
+            busy, message = all_gather((isinstance(refusal, CheckpointBusy), str(refusal or "")), self.ctx)[0]
+            if message and refusal is None:
+                raise (CheckpointBusy if busy else RuntimeError)(f"rank 0 could not lease the checkpoints: {message}")
+        if refusal is not None:
+            raise refusal
+
+    def _release_lease(self) -> None:
+        if self._lease is not None:
+            self._lease.release()
+            self._lease = None
 
     def _stop_agreed(self) -> bool:
         """Any rank's request counts for all, so every rank stops at the same step."""

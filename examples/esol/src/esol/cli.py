@@ -221,7 +221,7 @@ def main(argv: list[str] | None = None) -> int:
     from esol.errors import TrainingDivergedError
     from esol.features import TooManyRejectsError
     from snakedvc import ConfigError
-    from snakedvc.torch import EXIT_CHECKPOINTED, TrainingStopped
+    from snakedvc.torch import EXIT_CHECKPOINTED, CheckpointBusy, TrainingStopped
 
     args = build_parser().parse_args(argv)
     _setup_logging(getattr(args, "log", None))
@@ -235,6 +235,7 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_CHECKPOINTED
     except (
         UserError,
+        CheckpointBusy,
         ConfigError,
         DataError,
         FileNotFoundError,
