@@ -205,13 +205,24 @@ def test_train_with_two_processes_through_slurm(slurm_cluster, project: Path) ->
 def test_sharded_featurisation_on_slurm_matches_local_bytes(slurm_cluster, project: Path) -> None:
     """Sharded featurise jobs run as Snakemake job groups (the rule's group "shards", the profile's
     group-components): one sbatch call and one Snakemake start-up per group, not per shard."""
+
+    def numbered_steps(jobid: str) -> list[str]:
+        """The job's srun steps (<jobid>.0, ...): the jobstep makes one per job it runs."""
+        wait_for_sacct(jobid)
+        ids = subprocess.run(
+            ["sacct", "-n", "-P", "-j", jobid, "-o", "JobID"], capture_output=True, text=True, check=True
+        ).stdout.split()
+        return [i for i in ids if "." in i and i.rsplit(".", 1)[1].isdigit()]
+
     targets = ["results/features/train.npz", "results/features/train.rejects.csv"]
     config = ["--config", "data={limit: 300}"]
 
     def md5s() -> list[str]:
         return [md5(project / t) for t in targets]
 
-    run_snakemake(project, "--profile", "profiles/slurm", *config, "--", "results/split/train.csv")
+    split = run_snakemake(project, "--profile", "profiles/slurm", *config, "--", "results/split/train.csv")
+    (split_job,) = slurm_jobs_by_rule(split.stdout + split.stderr)["split"]
+    assert len(numbered_steps(split_job)) == 1  # a single job: the jobstep's srun step
     run_snakemake(project, "--profile", "profiles/local", *config, "featurise={shards: 1}", "--", *targets)
     local = md5s()
     # The profile's groups (32 shards a job), and groups of 3 shards.
@@ -226,4 +237,8 @@ def test_sharded_featurisation_on_slurm_matches_local_bytes(slurm_cluster, proje
         assert len(submitted) == -(-shards // per_group), out[-3000:]  # ceil: one job per group
         # Every submission a featurise group: gather_features runs on the submit host.
         assert all("/group_shards" in log for _, log in submitted), submitted
+        # The group's jobs ran in the batch script's Snakemake (local executor): no srun step,
+        # no second Snakemake per shard.
+        for jobid, _ in submitted:
+            assert numbered_steps(jobid) == [], jobid
         assert md5s() == local, f"{shards} shards in groups of {per_group} on SLURM differ from 1 shard locally"

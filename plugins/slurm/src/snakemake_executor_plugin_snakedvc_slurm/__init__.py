@@ -27,6 +27,10 @@ Executor, and each fix is also a ready upstream patch in docs/upstream/ (README.
   Here the account of your recent jobs is read with a proper argument list, once, and
   logged in one line.
 
+One change of behaviour besides: a group job's jobs run in the Snakemake that its batch script
+starts (Snakemake's local executor), not each through the jobstep's `srun` and a second Snakemake
+(see Executor.format_job_exec); single jobs keep the jobstep.
+
 Snakemake names a plugin's settings after the plugin, so in a profile they are spelled
 `snakedvc-slurm-<setting>` (e.g. `snakedvc-slurm-status-command`).
 """
@@ -110,6 +114,9 @@ ACTIVE_STATES = frozenset(
 )
 # The plugin's fail_stati (check_active_jobs) less NODE_FAIL, which it handles apart (requeue).
 FAIL_STATES = frozenset({"BOOT_FAIL", "CANCELLED", "DEADLINE", "FAILED", "OUT_OF_MEMORY", "TIMEOUT", "ERROR"})
+# How the Snakemake inside a group job runs the group's jobs (see Executor.format_job_exec); its
+# --cores (the group job's CPUs) bounds how many run at once.
+GROUP_JOB_EXECUTOR_ARGS = "--executor local"
 # Failed status rounds in a row before the user hears of it (one blip is normal on a busy cluster).
 STATUS_FAILURES_BEFORE_WARNING = 3
 # How often a status-check wait looks whether a submission shortened it.
@@ -198,6 +205,9 @@ class Executor(SlurmExecutor):
         self._guessed_account_arg: str | None = None
         self._account_lock = threading.Lock()
         self._failed_status_queries = 0  # in a row
+        # Set while format_job_exec builds a group job's command (per thread: the plugin
+        # submits from two).
+        self._building = threading.local()
 
     def _initial_interval(self) -> float:
         settings = self.workflow.executor_settings
@@ -295,6 +305,27 @@ class Executor(SlurmExecutor):
         # An array task ("<jobid>_<task>") may be listed under its array's id (sacct -X).
         jobid = job.external_jobid
         return states.get(jobid) or states.get(jobid.split("_", 1)[0])
+
+    def format_job_exec(self, job: Any) -> str:
+        # Why: inside its SLURM job the plugin runs each job through the slurm-jobstep
+        # executor: an `srun -n1` step that starts a second Snakemake. For a group job that
+        # is a Snakemake start-up (~2 s of CPU) per grouped job, one job at a time
+        # (`--jobs 1`), which is most of the CPU a group of small jobs uses. Here a group
+        # job's jobs run under Snakemake's local executor in the Snakemake that the batch
+        # script starts: no srun, no second start-up, as many side by side as the group's
+        # CPUs allow. Single jobs keep the jobstep: its srun step is what receives
+        # `--signal=TERM@...` (SLURM signals job steps, not the batch shell), which
+        # checkpointing training relies on.
+        self._building.group = job.is_group()
+        try:
+            return super().format_job_exec(job)
+        finally:
+            self._building.group = False
+
+    def additional_general_args(self) -> str:
+        if getattr(self._building, "group", False):
+            return GROUP_JOB_EXECUTOR_ARGS
+        return super().additional_general_args()
 
     def get_account_arg(self, job: Any) -> Iterator[str]:
         # Why: without a slurm_account the plugin's guess pipes sacct into `tail` inside one
