@@ -18,7 +18,8 @@ In a step a rule runs
   so a failed step never leaves a half-written output.
 
 On the command line: ``snakedvc launch -- COMMAND`` (1 process, torchrun, srun + torchrun),
-``snakedvc restore NAME``. In a training loop: ``snakedvc.torch`` (the ``torch`` extra).
+``snakedvc restore NAME``, ``snakedvc submit`` (a detached run pinned to the code as it is;
+``runs``, ``logs``, ``cancel``, ``resume``, ``clean``). In a training loop: ``snakedvc.torch`` (the ``torch`` extra).
 """
 
 from snakedvc.config import ConfigError, validate_config

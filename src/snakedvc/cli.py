@@ -2,7 +2,9 @@
 
 `launch` wraps a user's command for 1 process, torchrun or srun + torchrun; `track` and
 `restore` talk to DVC (on the submit host only); `sweep-promote` and `sweep-report` are what
-the sweep module's rules run. Every command takes `--log`: stderr and logging go there.
+the sweep module's rules run; `submit`, `runs`, `logs`, `cancel`, `resume` and `clean` start
+and control detached runs (`controller` is what a submitted run's controller runs). Every
+command takes `--log`: stderr and logging go there.
 """
 
 from __future__ import annotations
@@ -88,6 +90,67 @@ def cmd_restore(args: argparse.Namespace) -> None:
     print(f"restored {args.name}; `snakemake -n` now plans only what differs from it")
 
 
+def cmd_submit(args: argparse.Namespace) -> None:
+    from snakedvc.runs import submit
+
+    snakemake_args = args.snakemake_args[1:] if args.snakemake_args[:1] == ["--"] else args.snakemake_args
+    run = submit(args.profile, snakemake_args, name=args.name or "", share=args.share)
+    where = f"SLURM job {run.controller_jobs[-1]}" if run.slurm else f"process {run.controller_pid}"
+    print(run.id)
+    print(f"submitted run {run.id} ({run.name}): controller {where}; `snakedvc logs -f {run.id}` follows it",
+          file=sys.stderr)  # fmt: skip
+
+
+def cmd_runs(args: argparse.Namespace) -> None:
+    from snakedvc.runs import describe, format_runs, list_runs, repository_root
+
+    runs = list_runs(repository_root())
+    if args.json:
+        print(json.dumps([describe(run) for run in runs], indent=2))
+    else:
+        print(format_runs(runs) if runs else "no runs (snakedvc submit starts one)")
+
+
+def cmd_logs(args: argparse.Namespace) -> None:
+    from snakedvc.runs import find_run, follow, repository_root
+
+    run = find_run(repository_root(), args.run)
+    if args.follow:
+        for text in follow(run.log, run):
+            sys.stdout.write(text)
+            sys.stdout.flush()
+    else:
+        sys.stdout.write(run.log.read_text(errors="replace") if run.log.is_file() else "")
+
+
+def cmd_cancel(args: argparse.Namespace) -> None:
+    from snakedvc.runs import cancel, find_run, repository_root
+
+    run = cancel(find_run(repository_root(), args.run))
+    print(f"cancelled run {run.id} ({run.name})")
+
+
+def cmd_resume(args: argparse.Namespace) -> None:
+    from snakedvc.runs import find_run, repository_root, resume
+
+    run = resume(find_run(repository_root(), args.run))
+    where = f"SLURM job {run.controller_jobs[-1]}" if run.slurm else f"process {run.controller_pid}"
+    print(f"resumed run {run.id} ({run.name}): controller {where}")
+
+
+def cmd_clean(args: argparse.Namespace) -> None:
+    from snakedvc.runs import clean, repository_root
+
+    for run in clean(repository_root()):
+        print(f"removed the workspace of run {run.id} ({run.name}, {run.state})")
+
+
+def cmd_controller(args: argparse.Namespace) -> None:
+    from snakedvc.controller import main as controller_main
+
+    raise SystemExit(controller_main(args.run_dir))
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="snakedvc", description=__doc__)
     parser.add_argument("--version", action="version", version=__version__)
@@ -126,18 +189,47 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("name")
     p.add_argument("--params", default="results/params.yaml", help="the experiment's effective params file")
 
+    p = step("submit", cmd_submit, "run the workflow detached, on the code as it is now; prints the run id")
+    p.add_argument("--name", help="the run's name, and its DVC experiment's (default: the run id)")
+    p.add_argument(
+        "--profile", default="profiles/local", help="Snakemake profile (a SLURM one: the controller is a job)"
+    )
+    p.add_argument("--share", action="append", default=[], metavar="PATH",
+                   help="an ignored path of the repository linked into the run's workspace (repeatable; "
+                        "Python environments at the top level are linked anyway)")  # fmt: skip
+    p.add_argument("snakemake_args", nargs=argparse.REMAINDER, help="-- then Snakemake arguments, e.g. -- --config ...")
+
+    p = step("runs", cmd_runs, "list submitted runs")
+    p.add_argument("--json", action="store_true", help="machine-readable")
+
+    p = step("logs", cmd_logs, "show a run's controller log")
+    p.add_argument("run", help="run id, id prefix or name")
+    p.add_argument("-f", "--follow", action="store_true", help="follow until the run ends")
+
+    p = step("cancel", cmd_cancel, "stop a run: its controller and every SLURM job it submitted")
+    p.add_argument("run", help="run id, id prefix or name")
+
+    p = step("resume", cmd_resume, "restart a lost or failed run's controller; finished steps are kept")
+    p.add_argument("run", help="run id, id prefix or name")
+
+    step("clean", cmd_clean, "remove finished runs' workspaces (their results are in DVC)")
+
+    p = step("controller", cmd_controller, argparse.SUPPRESS)
+    p.add_argument("run_dir")
+
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     from snakedvc.config import ConfigError
+    from snakedvc.runs import RunError
     from snakedvc.tracking import TrackingError
 
     args = build_parser().parse_args(argv)
     _setup_logging(getattr(args, "log", None))
     try:
         args.func(args)
-    except (ConfigError, FileNotFoundError, TrackingError, ValueError) as error:
+    except (ConfigError, FileNotFoundError, RunError, TrackingError, ValueError) as error:
         log.error("%s", error)
         print(f"snakedvc {args.command}: error: {error}", file=sys.stderr)
         return 1

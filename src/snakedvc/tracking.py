@@ -33,6 +33,9 @@ log = logging.getLogger(__name__)
 
 LOCK_FILE = Path(".dvc") / "tmp" / "snakedvc.lock"
 SKIP_SAVE_ENV = "SNAKEDVC_SKIP_EXP_SAVE"
+# Set by a submitted run's controller (snakedvc.controller).
+EXPERIMENT_NAME_ENV = "SNAKEDVC_EXPERIMENT_NAME"
+EXPERIMENTS_FILE_ENV = "SNAKEDVC_EXPERIMENTS_FILE"
 _EXP_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
 
 
@@ -54,10 +57,22 @@ def validate_experiment_name(name: str) -> str:
     return name
 
 
+def lock_path(root: Path | str = ".") -> Path:
+    """The lock file: in git's common directory when there is one, so that every worktree of the
+    repository (each detached run's workspace, the user's own) takes the same lock; their
+    experiment refs live there too. Otherwise in DVC's scratch folder."""
+    proc = subprocess.run(
+        ["git", "rev-parse", "--path-format=absolute", "--git-common-dir"], cwd=root, capture_output=True, text=True
+    )
+    if proc.returncode == 0 and proc.stdout.strip():
+        return Path(proc.stdout.strip()) / "snakedvc-dvc.lock"
+    return Path(root) / LOCK_FILE
+
+
 @contextlib.contextmanager
 def repo_lock(root: Path | str = ".", timeout: float = 900.0) -> Iterator[None]:
-    """Exclusive lock serialising our DVC commands across processes on this host."""
-    path = Path(root) / LOCK_FILE
+    """Exclusive lock serialising our DVC commands across processes and worktrees."""
+    path = lock_path(root)
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "a") as handle:
         deadline = time.monotonic() + timeout
@@ -104,7 +119,11 @@ def track(paths: Sequence[str | Path], root: Path | str = ".") -> None:
 
 def experiment_settings(config: dict[str, Any]) -> dict[str, Any]:
     settings: dict[str, Any] = (config.get(KEY) or {}).get("experiment") or {}
-    return {"name": "", "params": "results/params.yaml", "metrics": [], "files": [], "push": False, **settings}
+    found = {"name": "", "params": "results/params.yaml", "metrics": [], "files": [], "push": False, **settings}
+    # A submitted run (snakedvc submit) names its experiment after the run.
+    if os.environ.get(EXPERIMENT_NAME_ENV):
+        found["name"] = os.environ[EXPERIMENT_NAME_ENV]
+    return found
 
 
 def effective_params(config: dict[str, Any]) -> dict[str, Any]:
@@ -193,6 +212,9 @@ def save_experiment(
             run_dvc(["push", "--quiet"], root)
             run_dvc(["exp", "push", "origin", saved], root)
     log.info("experiment saved: %s", saved)
+    if os.environ.get(EXPERIMENTS_FILE_ENV):  # a submitted run's controller lists what was saved
+        with open(os.environ[EXPERIMENTS_FILE_ENV], "a") as handle:
+            handle.write(saved + "\n")
     return saved
 
 

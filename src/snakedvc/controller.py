@@ -1,0 +1,163 @@
+"""`snakedvc controller RUN_DIR`: the process that runs a submitted run's workflow (see runs.py).
+
+It runs Snakemake in the run's workspace and records the outcome in run.json. It is the run's
+submit host: Snakemake's local rules and `onsuccess` (the DVC hook) run here, one DVC command
+at a time through the lock all workspaces of the repository share.
+
+When a controller is lost (SLURM job scancel'd, time limit, preemption: SIGTERM), it submits
+its successor (bounded by the profile's controller `retries`), unless the stop was a
+`snakedvc cancel`. A new controller first waits for its predecessor to be gone, then stops the
+rule jobs the predecessor left running (a training job checkpoints on the SIGTERM), so no two
+trainers of one run ever run side by side; then Snakemake picks up where the run was:
+finished steps are kept, training resumes from its checkpoint.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from types import FrameType
+
+from snakedvc.runs import (
+    CANCEL_MARKER,
+    Run,
+    RunError,
+    clean_slurm_environment,
+    controller_settings,
+    jobs_in_workspace,
+    profile_dir,
+    squeue_states,
+    start_controller,
+)
+from snakedvc.tracking import EXPERIMENT_NAME_ENV, EXPERIMENTS_FILE_ENV
+
+EXPERIMENTS_FILE = "experiments.txt"
+# How long a new controller waits for the previous one's jobs to go (SLURM's KillWait is 30 s
+# by default; a training job writes its checkpoint within it).
+LEFTOVER_WAIT_S = 300
+
+
+def say(message: str) -> None:
+    print(f"[snakedvc controller {time.strftime('%Y-%m-%d %H:%M:%S')}] {message}", flush=True)
+
+
+class Controller:
+    def __init__(self, run_dir: Path) -> None:
+        self.run = Run.load(run_dir)
+        self.snakemake: subprocess.Popen[bytes] | None = None
+        self.lost = False  # SIGTERM that was not a cancel: a successor takes over
+        self.jobid = os.environ.get("SLURM_JOB_ID", "")
+
+    def main(self) -> int:
+        run = self.run
+        say(f"run {run.id} ({run.name}), attempt {run.attempt}, in {run.workspace}")
+        signal.signal(signal.SIGTERM, self._on_term)
+        signal.signal(signal.SIGINT, self._on_term)
+        if run.cancel_requested:
+            return self._finish("cancelled", None)
+        self.run = run = run.update(state="running", controller_host=socket.gethostname(), controller_pid=os.getpid())
+        if run.slurm:
+            self._wait_for_predecessor()
+            self._stop_leftover_jobs()
+        env = self._environment()
+        self._unlock(env)
+        command = [sys.executable, "-m", "snakemake", "--profile", run.profile, *run.snakemake_args]
+        say("running: " + " ".join(command))
+        self.snakemake = subprocess.Popen(command, cwd=run.workspace, env=env)
+        code = self.snakemake.wait()
+        say(f"snakemake exited with {code}")
+        if self.lost:
+            return code or 1  # the successor (if any) records the outcome
+        if Run.load(run.dir).cancel_requested:
+            return self._finish("cancelled", code)
+        return self._finish("done" if code == 0 else "failed", code)
+
+    def _finish(self, state: str, code: int | None) -> int:
+        experiments_file = self.run.dir / EXPERIMENTS_FILE
+        saved = experiments_file.read_text().split() if experiments_file.is_file() else []
+        self.run = self.run.update(state=state, exit_code=code, ended=time.time(), experiments=saved)
+        say(f"run {self.run.id} {state}" + (f"; experiments: {', '.join(saved)}" if saved else ""))
+        return 0 if state == "done" else 1
+
+    def _environment(self) -> dict[str, str]:
+        env = clean_slurm_environment(os.environ)
+        for key, value in self.run.environment.items():
+            env[key] = value + (os.pathsep + env[key] if env.get(key) else "")
+        env[EXPERIMENT_NAME_ENV] = self.run.name
+        env[EXPERIMENTS_FILE_ENV] = str(self.run.dir / EXPERIMENTS_FILE)
+        env.setdefault("DVC_NO_ANALYTICS", "1")
+        return env
+
+    def _unlock(self, env: dict[str, str]) -> None:
+        # A lost controller's Snakemake left its lock behind; only one controller runs per workspace.
+        locks = self.run.workspace / ".snakemake" / "locks"
+        if locks.is_dir() and any(locks.iterdir()):
+            command = [
+                sys.executable,
+                "-m",
+                "snakemake",
+                "--profile",
+                self.run.profile,
+                "--unlock",
+                *self.run.snakemake_args,
+            ]
+            subprocess.run(command, cwd=self.run.workspace, env=env, check=False, capture_output=True)
+
+    def _wait_for_predecessor(self) -> None:
+        previous = [j for j in self.run.controller_jobs if j != self.jobid]
+        deadline = time.monotonic() + LEFTOVER_WAIT_S
+        while previous and squeue_states(previous) and time.monotonic() < deadline:
+            time.sleep(2)
+        if previous and squeue_states(previous):
+            raise RunError(f"the previous controller job(s) {', '.join(previous)} of run {self.run.id} did not end")
+
+    def _stop_leftover_jobs(self) -> None:
+        leftover = [j for j in jobs_in_workspace(self.run) if j != self.jobid]
+        if not leftover:
+            return
+        say(f"stopping jobs left by the previous controller: {', '.join(leftover)} (a training job checkpoints)")
+        subprocess.run(["scancel", *leftover], check=False, capture_output=True)
+        deadline = time.monotonic() + LEFTOVER_WAIT_S
+        while squeue_states(leftover) and time.monotonic() < deadline:
+            time.sleep(2)
+        if squeue_states(leftover):
+            raise RunError(f"jobs {', '.join(leftover)} of run {self.run.id} did not stop: scancel them and resume")
+
+    def _on_term(self, signum: int, frame: FrameType | None) -> None:
+        run = Run.load(self.run.dir)
+        if (run.dir / CANCEL_MARKER).exists() or not run.slurm:
+            # A cancel (or a local stop): Snakemake cancels its jobs on SIGINT.
+            say(f"signal {signal.Signals(signum).name}: stopping snakemake")
+            if self.snakemake is not None and self.snakemake.poll() is None:
+                self.snakemake.send_signal(signal.SIGINT)
+            if not (run.dir / CANCEL_MARKER).exists():
+                (run.dir / CANCEL_MARKER).write_text(f"{time.time()} signal {signum}\n")
+            return
+        if self.lost:
+            return
+        self.lost = True
+        retries = controller_settings(profile_dir(run.workspace, run.profile))["retries"]
+        if run.attempt > retries:
+            say(f"controller lost (signal {signum}); no retries left ({retries}): `snakedvc resume {run.id}` continues")
+            run.update(state="failed", ended=time.time())
+            return
+        try:
+            successor = start_controller(run)
+        except RunError as e:
+            say(f"controller lost (signal {signum}) and its successor could not start: {e}")
+            run.update(state="failed", ended=time.time())
+            return
+        say(f"controller lost (signal {signum}): controller job {successor.controller_jobs[-1]} takes over")
+        # SLURM's SIGTERM left Snakemake waiting for its running jobs until the SIGKILL (KillWait):
+        # end it now, so the successor (which waits for this job to end) takes over sooner.
+        if self.snakemake is not None and self.snakemake.poll() is None:
+            self.snakemake.kill()
+
+
+def main(run_dir: str) -> int:
+    return Controller(Path(run_dir)).main()

@@ -1,0 +1,650 @@
+"""Detached runs: `snakedvc submit` and the commands that watch and control what it started.
+
+A submitted run is pinned to the code and params of the working tree at that moment:
+
+- **Freeze**: the working tree, uncommitted and untracked (not ignored) files included, is
+  written as a commit object through a scratch index, on top of HEAD. The user's branch,
+  index and files are untouched; `refs/snakedvc/runs/<id>` keeps the commit.
+- **Workspace**: a git worktree of the repository at HEAD whose files are the frozen tree
+  (`.snakedvc/runs/<id>/workspace`). So `dvc exp save` there makes an experiment whose
+  baseline is the user's HEAD, visible to `dvc exp show` where the user works, and whose
+  commit holds the code as submitted. Its DVC cache is the user's (links, no copies);
+  DVC remotes given as relative paths are made absolute; the project's ignored Python
+  environments (top-level folders with `pyvenv.cfg` or `conda-meta`) are linked in.
+- **Controller**: `snakedvc controller` (the `controller` module) runs Snakemake in the
+  workspace, as a small SLURM job of its own when the profile's executor is a SLURM one,
+  else as a background process in its own session. It is the run's submit host: the DVC
+  hook runs there. The run's state lives in `.snakedvc/runs/<id>/run.json`.
+
+Everything reaches git, sbatch and Snakemake as argument lists; run ids and names are
+validated (a name becomes the DVC experiment's name, a git ref).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import json
+import os
+import re
+import secrets
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from snakedvc.io import atomic_path
+from snakedvc.tracking import validate_experiment_name
+
+RUNS_DIR = Path(".snakedvc") / "runs"
+RUN_REF_PREFIX = "refs/snakedvc/runs/"
+RUN_RECORD = "run.json"
+CONTROLLER_LOG = "controller.log"
+CANCEL_MARKER = "cancel-requested"
+# Executors whose profile makes the controller a SLURM job.
+SLURM_EXECUTORS = frozenset({"slurm", "snakedvc-slurm"})
+# The profile file that says how the controller job is submitted (cluster details stay in profiles).
+CONTROLLER_SETTINGS = "controller.yaml"
+CONTROLLER_DEFAULTS: dict[str, Any] = {
+    "partition": None,
+    "account": None,
+    "runtime": 7 * 24 * 60,  # minutes: a controller outlives the longest training it watches
+    "mem_mb": 1000,
+    "cpus": 1,
+    # Controller jobs started after the first one is lost (scancel, time limit, preemption).
+    "retries": 3,
+    # More sbatch arguments, a list (e.g. ["--qos=long"]).
+    "sbatch_extra": [],
+}
+ACTIVE_STATES = frozenset({"queued", "running"})
+FINISHED_STATES = frozenset({"done", "failed", "cancelled"})
+_RUN_ID = re.compile(r"^[0-9]{8}-[0-9]{6}-[0-9a-f]{4}$")
+_PROGRESS = re.compile(r"(\d+) of (\d+) steps \(")
+_SLURM_JOB = re.compile(r"submitted with SLURM jobid (\d+)")
+
+
+class RunError(RuntimeError):
+    """A run cannot be submitted, found or controlled; the message says which and why."""
+
+
+def git(root: Path, *args: str, env: dict[str, str] | None = None) -> str:
+    proc = subprocess.run(["git", *args], cwd=root, capture_output=True, text=True, env=env)
+    if proc.returncode != 0:
+        raise RunError(f"git {' '.join(args)} failed in {root}:\n{proc.stderr.strip()}")
+    return proc.stdout.strip()
+
+
+def repository_root(path: Path | str = ".") -> Path:
+    """The top level of the git working tree that holds ``path``."""
+    proc = subprocess.run(["git", "rev-parse", "--show-toplevel"], cwd=path, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise RunError(f"{Path(path).resolve()} is not in a git repository: snakedvc submit freezes code with git")
+    return Path(proc.stdout.strip())
+
+
+def validate_run_id(run_id: str) -> str:
+    if not _RUN_ID.match(run_id):
+        raise RunError(f"{run_id!r} is not a run id (YYYYMMDD-HHMMSS-xxxx; `snakedvc runs` lists them)")
+    return run_id
+
+
+@dataclass
+class Run:
+    """One submitted run, as recorded in .snakedvc/runs/<id>/run.json."""
+
+    id: str
+    name: str
+    root: str  # the user's repository
+    commit: str  # the frozen code (a commit on top of ``baseline``)
+    baseline: str  # the user's HEAD at submit
+    profile: str
+    snakemake_args: list[str]
+    slurm: bool
+    created: float
+    state: str = "queued"
+    attempt: int = 0  # controllers started so far
+    controller_jobs: list[str] = field(default_factory=list)  # SLURM job ids, oldest first
+    controller_host: str = ""
+    controller_pid: int = 0
+    experiments: list[str] = field(default_factory=list)
+    exit_code: int | None = None
+    ended: float | None = None
+    environment: dict[str, str] = field(default_factory=dict)  # for the controller: PYTHONPATH
+
+    @property
+    def dir(self) -> Path:
+        return Path(self.root) / RUNS_DIR / self.id
+
+    @property
+    def workspace(self) -> Path:
+        return self.dir / "workspace"
+
+    @property
+    def log(self) -> Path:
+        return self.dir / CONTROLLER_LOG
+
+    @property
+    def cancel_requested(self) -> bool:
+        return (self.dir / CANCEL_MARKER).exists()
+
+    def save(self) -> None:
+        with atomic_path(self.dir / RUN_RECORD) as tmp:
+            tmp.write_text(json.dumps(asdict(self), indent=2, sort_keys=True) + "\n")
+
+    @classmethod
+    def load(cls, run_dir: Path | str) -> Run:
+        path = Path(run_dir) / RUN_RECORD
+        try:
+            data = json.loads(path.read_text())
+        except (OSError, json.JSONDecodeError) as e:
+            raise RunError(f"cannot read run record {path}: {e}") from e
+        return cls(**data)
+
+    def update(self, **changes: Any) -> Run:
+        """Re-read the record, apply ``changes``, write it back (the controller and commands share it)."""
+        fresh = Run.load(self.dir)
+        for key, value in changes.items():
+            setattr(fresh, key, value)
+        fresh.save()
+        return fresh
+
+
+# --- freezing the code ----------------------------------------------------------------------
+
+
+def freeze(root: Path, message: str) -> tuple[str, str]:
+    """Commit the working tree as it is (tracked changes and untracked, non-ignored files) on
+    top of HEAD without touching the branch, the index or the files. Returns (commit, tree)."""
+    with tempfile.TemporaryDirectory() as scratch:
+        env = {**os.environ, "GIT_INDEX_FILE": str(Path(scratch) / "index")}
+        git(root, "read-tree", "HEAD", env=env)
+        git(root, "add", "--all", "--", ".", env=env)
+        tree = git(root, "write-tree", env=env)
+    commit = git(root, "commit-tree", tree, "-p", "HEAD", "-m", message)
+    return commit, tree
+
+
+def head_commit(root: Path) -> str:
+    proc = subprocess.run(
+        ["git", "rev-parse", "--verify", "-q", "HEAD^{commit}"], cwd=root, capture_output=True, text=True
+    )
+    if proc.returncode != 0:
+        raise RunError(f"{root} has no commit yet: commit once, then submit (runs are experiments on a commit)")
+    return proc.stdout.strip()
+
+
+def ignore_runs_dir(root: Path) -> None:
+    """Keep .snakedvc/ out of `git status` through the repository's info/exclude (not .gitignore:
+    submit must leave the working tree as it was)."""
+    if subprocess.run(["git", "check-ignore", "-q", str(RUNS_DIR)], cwd=root).returncode == 0:
+        return
+    exclude = Path(git(root, "rev-parse", "--path-format=absolute", "--git-common-dir")) / "info" / "exclude"
+    exclude.parent.mkdir(parents=True, exist_ok=True)
+    with open(exclude, "a") as handle:
+        handle.write("\n# snakedvc submit: detached runs' records and workspaces\n/.snakedvc/\n")
+
+
+# --- the workspace ----------------------------------------------------------------------------
+
+
+def python_environments(root: Path) -> list[str]:
+    """Top-level folders of the repository that are Python environments git ignores."""
+    found = []
+    for entry in sorted(root.iterdir()):
+        environment = entry.is_dir() and ((entry / "pyvenv.cfg").is_file() or (entry / "conda-meta").is_dir())
+        if environment and subprocess.run(["git", "check-ignore", "-q", entry.name], cwd=root).returncode == 0:
+            found.append(entry.name)
+    return found
+
+
+def make_workspace(root: Path, workspace: Path, baseline: str, tree: str, share: Sequence[str]) -> None:
+    """A worktree at ``baseline`` holding the files of ``tree``, sharing the user's DVC cache."""
+    git(root, "worktree", "add", "--quiet", "--detach", "--no-checkout", str(workspace), baseline)
+    git(workspace, "read-tree", "--reset", "-u", tree)
+    if (root / ".dvc").is_dir():
+        configure_dvc(root, workspace)
+    for name in share:
+        source = (root / name).resolve()
+        target = workspace / name
+        if not source.exists():
+            raise RunError(f"--share {name}: {source} does not exist")
+        if target.exists() or target.is_symlink():
+            raise RunError(f"--share {name}: the submitted code already has {name}; share only what git ignores")
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.symlink_to(source)
+
+
+def configure_dvc(root: Path, workspace: Path) -> None:
+    """The workspace's DVC uses the user's cache (linked, not copied) and reaches the same remotes."""
+    local = root / ".dvc" / "config.local"
+    if local.is_file():
+        shutil.copy2(local, workspace / ".dvc" / "config.local")
+
+    def run_dvc(*args: str) -> str:
+        return run_dvc_in(workspace, *args)
+
+    cache = run_dvc_in(root, "cache", "dir").strip() or str(root / ".dvc" / "cache")
+    run_dvc("config", "--local", "cache.dir", str(Path(root, cache).resolve()))
+    # Links into the shared cache: a run adds no copy of the data it reads or records.
+    run_dvc("config", "--local", "cache.type", "reflink,hardlink,symlink,copy")
+    for line in run_dvc("remote", "list").splitlines():
+        name, _, url = line.partition("\t")
+        url = url.strip()
+        if url and "://" not in url and not Path(url).is_absolute():
+            # DVC reads a relative remote path from the config file's folder: the user's .dvc/.
+            run_dvc("remote", "modify", "--local", name.strip(), "url", str((root / ".dvc" / url).resolve()))
+
+
+def run_dvc_in(root: Path, *args: str) -> str:
+    proc = subprocess.run(
+        [sys.executable, "-m", "dvc", *args],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "DVC_NO_ANALYTICS": "1"},
+    )
+    if proc.returncode != 0:
+        raise RunError(f"dvc {' '.join(args)} failed in {root}:\n{proc.stderr.strip() or proc.stdout.strip()}")
+    return proc.stdout
+
+
+def source_paths(root: Path, workspace: Path) -> list[str]:
+    """Import roots in the workspace for the packages this environment installs editable from the
+    repository, so the run imports the submitted code, not the code being edited."""
+    import importlib.metadata
+    from urllib.parse import unquote, urlparse
+
+    paths = []
+    for dist in importlib.metadata.distributions():
+        text = dist.read_text("direct_url.json")
+        if not text:
+            continue
+        info = json.loads(text)
+        if not info.get("dir_info", {}).get("editable"):
+            continue
+        project = Path(unquote(urlparse(info["url"]).path))
+        try:
+            relative = project.resolve().relative_to(root.resolve())
+        except ValueError:
+            continue  # installed from elsewhere
+        for candidate in (workspace / relative / "src", workspace / relative):
+            if candidate.is_dir():
+                paths.append(str(candidate))
+                break
+    return sorted(set(paths))
+
+
+# --- profiles ---------------------------------------------------------------------------------
+
+
+def profile_dir(root: Path, profile: str) -> Path:
+    path = Path(profile)
+    path = path if path.is_absolute() else root / path
+    if not (path / "config.yaml").is_file() and not (path / "profile.yaml").is_file():
+        raise RunError(f"profile {profile}: no config.yaml in {path}")
+    return path
+
+
+def profile_is_slurm(folder: Path) -> bool:
+    name = "config.yaml" if (folder / "config.yaml").is_file() else "profile.yaml"
+    settings = yaml.safe_load((folder / name).read_text()) or {}
+    return str(settings.get("executor", "")) in SLURM_EXECUTORS
+
+
+def controller_settings(folder: Path) -> dict[str, Any]:
+    """The profile's controller.yaml over the defaults; unknown keys and bad values are errors."""
+    path = folder / CONTROLLER_SETTINGS
+    given = yaml.safe_load(path.read_text()) if path.is_file() else {}
+    given = given or {}
+    if not isinstance(given, dict):
+        raise RunError(f"{path}: expected a mapping of settings")
+    unknown = sorted(set(given) - set(CONTROLLER_DEFAULTS))
+    if unknown:
+        raise RunError(f"{path}: unknown setting(s) {', '.join(unknown)}; known: {', '.join(CONTROLLER_DEFAULTS)}")
+    settings = {**CONTROLLER_DEFAULTS, **given}
+    for key in ("runtime", "mem_mb", "cpus"):
+        if isinstance(settings[key], bool) or not isinstance(settings[key], int) or settings[key] < 1:
+            raise RunError(f"{path}: {key} must be a whole number >= 1, got {settings[key]!r}")
+    if isinstance(settings["retries"], bool) or not isinstance(settings["retries"], int) or settings["retries"] < 0:
+        raise RunError(f"{path}: retries must be a whole number >= 0, got {settings['retries']!r}")
+    if not isinstance(settings["sbatch_extra"], list) or not all(isinstance(a, str) for a in settings["sbatch_extra"]):
+        raise RunError(f"{path}: sbatch_extra must be a list of strings")
+    return settings
+
+
+# --- starting a controller --------------------------------------------------------------------
+
+
+def controller_command(run: Run) -> list[str]:
+    return [sys.executable, "-m", "snakedvc", "controller", str(run.dir)]
+
+
+def sbatch_command(run: Run, settings: dict[str, Any], script: Path) -> list[str]:
+    """The controller job's sbatch call (an argument list)."""
+    command = ["sbatch", "--parsable", f"--job-name=snakedvc-{run.name}", f"--output={run.log}", "--open-mode=append"]
+    command += [f"--chdir={run.workspace}", f"--cpus-per-task={settings['cpus']}", f"--mem={settings['mem_mb']}"]
+    command += [f"--time={settings['runtime']}"]
+    if settings["partition"]:
+        command.append(f"--partition={settings['partition']}")
+    if settings["account"]:
+        command.append(f"--account={settings['account']}")
+    return [*command, *settings["sbatch_extra"], str(script)]
+
+
+def start_controller(run: Run) -> Run:
+    """Start the run's next controller: a SLURM job, or a process in its own session."""
+    run = run.update(attempt=run.attempt + 1, state="queued")
+    if run.slurm:
+        settings = controller_settings(profile_dir(run.workspace, run.profile))
+        script = run.dir / "controller.sh"
+        # The only shell involved: a fixed line whose values are quoted.
+        script.write_text("#!/bin/sh\nexec " + " ".join(map(_quote, controller_command(run))) + "\n")
+        script.chmod(0o755)
+        proc = subprocess.run(sbatch_command(run, settings, script), capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise RunError(f"sbatch of the controller of run {run.id} failed: {proc.stderr.strip()}")
+        jobid = proc.stdout.strip().split(";")[0]
+        return run.update(controller_jobs=[*run.controller_jobs, jobid])
+    with open(run.log, "ab") as log:
+        proc_local = subprocess.Popen(
+            controller_command(run),
+            cwd=run.workspace,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,  # no terminal, no SIGHUP when the submitting shell goes
+            env=clean_slurm_environment(os.environ),
+        )
+    return run.update(controller_pid=proc_local.pid, controller_host=_hostname())
+
+
+def _quote(value: str) -> str:
+    import shlex
+
+    return shlex.quote(value)
+
+
+def _hostname() -> str:
+    import socket
+
+    return socket.gethostname()
+
+
+def clean_slurm_environment(env: dict[str, str] | os._Environ[str]) -> dict[str, str]:
+    """``env`` without the SLURM job's own variables: the jobs a controller submits are new jobs."""
+    return {k: v for k, v in env.items() if not k.startswith(("SLURM_", "SBATCH_", "SRUN_", "SALLOC_"))}
+
+
+# --- submit ---------------------------------------------------------------------------------
+
+
+def new_run_id(now: float | None = None) -> str:
+    stamp = dt.datetime.fromtimestamp(now or time.time()).strftime("%Y%m%d-%H%M%S")
+    return f"{stamp}-{secrets.token_hex(2)}"
+
+
+def submit(
+    profile: str,
+    snakemake_args: Sequence[str] = (),
+    name: str = "",
+    share: Sequence[str] = (),
+    cwd: Path | str = ".",
+) -> Run:
+    """Freeze the working tree, make the run's workspace and start its controller; returns the run."""
+    root = repository_root(cwd)
+    baseline = head_commit(root)
+    run_id = new_run_id()
+    name = validate_experiment_name(name) if name else run_id
+    taken = [r.id for r in list_runs(root) if r.name == name and r.state not in FINISHED_STATES]
+    if taken:
+        raise RunError(f"run name {name!r} is in use by active run {taken[0]}: choose another --name")
+    folder = profile_dir(root, profile)
+    slurm = profile_is_slurm(folder)
+    if slurm:
+        controller_settings(folder)  # bad settings fail here, before anything is made
+        if shutil.which("sbatch") is None:
+            raise RunError(f"profile {profile} submits to SLURM, but sbatch is not on PATH")
+    commit, tree = freeze(root, f"snakedvc run {run_id} ({name}): the code as submitted")
+    git(root, "update-ref", RUN_REF_PREFIX + run_id, commit)
+    ignore_runs_dir(root)
+    run = Run(
+        id=run_id,
+        name=name,
+        root=str(root),
+        commit=commit,
+        baseline=baseline,
+        profile=profile,
+        snakemake_args=list(snakemake_args),
+        slurm=slurm,
+        created=time.time(),
+    )
+    run.dir.mkdir(parents=True)
+    try:
+        make_workspace(root, run.workspace, baseline, tree, [*python_environments(root), *share])
+        paths = source_paths(root, run.workspace)
+        if paths:
+            run.environment = {"PYTHONPATH": os.pathsep.join(paths)}
+        run.save()
+        return start_controller(run)
+    except BaseException:
+        remove_workspace(run)
+        shutil.rmtree(run.dir, ignore_errors=True)
+        with contextlib.suppress(RunError):
+            git(root, "update-ref", "-d", RUN_REF_PREFIX + run_id)
+        raise
+
+
+# --- watching -------------------------------------------------------------------------------
+
+
+def list_runs(root: Path) -> list[Run]:
+    folder = root / RUNS_DIR
+    if not folder.is_dir():
+        return []
+    runs = []
+    for record in sorted(folder.glob(f"*/{RUN_RECORD}")):
+        with contextlib.suppress(RunError):
+            runs.append(Run.load(record.parent))
+    return runs
+
+
+def find_run(root: Path, key: str) -> Run:
+    """A run by id, id prefix or name."""
+    runs = list_runs(root)
+    matches = [r for r in runs if r.id == key or r.name == key] or [r for r in runs if r.id.startswith(key)]
+    if not matches:
+        raise RunError(f"no run {key!r} in {root / RUNS_DIR} (`snakedvc runs` lists them)")
+    if len(matches) > 1:
+        raise RunError(f"{key!r} names several runs ({', '.join(r.id for r in matches)}): give the full id")
+    return matches[0]
+
+
+def squeue_states(jobids: Sequence[str]) -> dict[str, str]:
+    """SLURM job id -> state, for those of ``jobids`` still queued or running."""
+    if not jobids or shutil.which("squeue") is None:
+        return {}
+    proc = subprocess.run(["squeue", "-h", "-j", ",".join(jobids), "-o", "%i %T"], capture_output=True, text=True)
+    states = {}
+    for line in proc.stdout.splitlines():
+        parts = line.split()
+        if len(parts) == 2:
+            states[parts[0]] = parts[1]
+    return states
+
+
+def controller_alive(run: Run) -> bool:
+    if run.slurm:
+        return bool(run.controller_jobs) and bool(squeue_states(run.controller_jobs[-1:]))
+    if not run.controller_pid or run.controller_host != _hostname():
+        return False
+    try:
+        os.kill(run.controller_pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def current_state(run: Run) -> str:
+    """The recorded state, or "lost" for an active run whose controller is gone."""
+    if run.state in ACTIVE_STATES and not controller_alive(run):
+        # The record may have changed since it was read (the controller just finished).
+        fresh = Run.load(run.dir)
+        if fresh.state in ACTIVE_STATES:
+            return "lost"
+        return fresh.state
+    return run.state
+
+
+def progress(run: Run) -> tuple[int, int] | None:
+    """(steps done, steps total) from Snakemake's last progress line in the controller log."""
+    text = _read(run.log)
+    found = _PROGRESS.findall(text)
+    return (int(found[-1][0]), int(found[-1][1])) if found else None
+
+
+def slurm_jobs(run: Run) -> list[str]:
+    """SLURM job ids the run's controllers submitted (from their log)."""
+    return list(dict.fromkeys(_SLURM_JOB.findall(_read(run.log))))
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text(errors="replace")
+    except FileNotFoundError:
+        return ""
+
+
+def describe(run: Run) -> dict[str, Any]:
+    done = progress(run)
+    return {
+        "id": run.id,
+        "name": run.name,
+        "state": current_state(run),
+        "jobs": f"{done[0]}/{done[1]}" if done else "-",
+        "slurm_jobs": slurm_jobs(run),
+        "controller": (
+            ",".join(run.controller_jobs) if run.slurm else (f"pid {run.controller_pid}" if run.controller_pid else "-")
+        ),
+        "started": dt.datetime.fromtimestamp(run.created).strftime("%Y-%m-%d %H:%M:%S"),
+        "experiments": run.experiments,
+    }
+
+
+def format_runs(runs: Sequence[Run]) -> str:
+    header = ("RUN", "NAME", "STATE", "JOBS", "STARTED", "CONTROLLER", "SLURM JOBS", "EXPERIMENT")
+    rows = [header]
+    for run in runs:
+        d = describe(run)
+        rows.append((
+            d["id"], d["name"], d["state"], d["jobs"], d["started"], d["controller"],
+            ",".join(d["slurm_jobs"][-5:]) or "-", ",".join(d["experiments"]) or "-",
+        ))  # fmt: skip
+    widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
+    return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip() for row in rows)
+
+
+def follow(path: Path, run: Run, poll: float = 1.0) -> Iterator[str]:
+    """The log's text as it grows, until the run has finished."""
+    position = 0
+    while True:
+        text = _read(path)
+        if len(text) > position:
+            yield text[position:]
+            position = len(text)
+        if current_state(run) not in ACTIVE_STATES:
+            rest = _read(path)[position:]
+            if rest:
+                yield rest
+            return
+        time.sleep(poll)
+
+
+# --- controlling ------------------------------------------------------------------------------
+
+
+def jobs_in_workspace(run: Run) -> list[str]:
+    """Queued or running SLURM jobs whose working directory is the run's workspace (the rule
+    jobs of any of its controllers), the controllers themselves left out."""
+    if shutil.which("squeue") is None:
+        return []
+    out = subprocess.run(["squeue", "-h", "-o", "%i %Z"], capture_output=True, text=True).stdout
+    workspace = str(run.workspace)
+    found = []
+    for line in out.splitlines():
+        jobid, _, workdir = line.partition(" ")
+        if workdir.strip() == workspace and jobid not in run.controller_jobs:
+            found.append(jobid)
+    return found
+
+
+def cancel(run: Run, wait_s: float = 60) -> Run:
+    """Stop the run: its controller (no experiment is saved) and every SLURM job it submitted."""
+    state = current_state(run)
+    if state in FINISHED_STATES:
+        raise RunError(f"run {run.id} has already {'ended as ' + state if state != 'done' else 'finished'}")
+    (run.dir / CANCEL_MARKER).write_text(f"{time.time()}\n")
+    if run.slurm:
+        targets = [*run.controller_jobs[-1:], *jobs_in_workspace(run)]
+        if targets:
+            subprocess.run(["scancel", *targets], capture_output=True, text=True)
+    elif run.controller_pid and controller_alive(run):
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(run.controller_pid, signal.SIGTERM)
+    deadline = time.monotonic() + wait_s
+    while time.monotonic() < deadline:
+        if not controller_alive(run) and not jobs_in_workspace(run):
+            break
+        time.sleep(0.5)
+    left = jobs_in_workspace(run)
+    if left:
+        subprocess.run(["scancel", "--signal=KILL", *left], capture_output=True, text=True)
+    return run.update(state="cancelled", ended=time.time())
+
+
+def resume(run: Run) -> Run:
+    """Start a new controller for a run whose controller was lost (or that failed): finished
+    steps are kept, training resumes from its checkpoint."""
+    state = current_state(run)
+    if state in ACTIVE_STATES:
+        raise RunError(f"run {run.id} is {state}: its controller is alive (`snakedvc cancel` stops it)")
+    if state == "done":
+        raise RunError(f"run {run.id} has finished; submit a new run instead")
+    if not run.workspace.is_dir():
+        raise RunError(f"run {run.id}: its workspace {run.workspace} was removed (`snakedvc clean`)")
+    (run.dir / CANCEL_MARKER).unlink(missing_ok=True)
+    return start_controller(run.update(state="queued", exit_code=None, ended=None))
+
+
+def remove_worktree(root: Path | str, workspace: Path) -> None:
+    if not workspace.exists():
+        return
+    proc = subprocess.run(
+        ["git", "worktree", "remove", "--force", "--force", str(workspace)], cwd=root, capture_output=True, text=True
+    )
+    if proc.returncode != 0:
+        shutil.rmtree(workspace, ignore_errors=True)
+        subprocess.run(["git", "worktree", "prune"], cwd=root, capture_output=True)
+
+
+def remove_workspace(run: Run) -> None:
+    remove_worktree(run.root, run.workspace)
+
+
+def clean(root: Path) -> list[Run]:
+    """Remove the workspaces of finished runs (their results are in DVC); keep records and logs."""
+    removed = []
+    for run in list_runs(root):
+        if current_state(run) in FINISHED_STATES and run.workspace.exists():
+            remove_workspace(run)
+            removed.append(run)
+    return removed

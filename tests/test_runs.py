@@ -1,0 +1,222 @@
+"""Detached runs (`snakedvc submit`, runs, logs, cancel, resume, clean) on real git + DVC repos:
+locally here, on the test cluster in test_runs_slurm.py."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from snakedvc.runs import RunError, controller_settings, freeze, sbatch_command
+from tests.conftest import SMALL_RUN, dvc_experiments, dvc_project, md5
+from tests.conftest import git as git_output
+
+SNAKEDVC = [sys.executable, "-m", "snakedvc"]
+
+
+def snakedvc(repo: Path, *args: str, check: bool = True, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    proc = subprocess.run([*SNAKEDVC, *args], cwd=repo, capture_output=True, text=True, timeout=timeout)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"snakedvc {' '.join(args)} failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
+    return proc
+
+
+def git(repo: Path, *args: str) -> str:
+    return git_output(repo, *args).strip()
+
+
+def submit(repo: Path, *args: str) -> str:
+    return snakedvc(repo, "submit", *args).stdout.strip()
+
+
+def runs(repo: Path) -> dict[str, dict]:
+    return {run["id"]: run for run in json.loads(snakedvc(repo, "runs", "--json").stdout)}
+
+
+def wait_until_ended(repo: Path, run_id: str, timeout: float = 600) -> dict:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        run = runs(repo)[run_id]
+        if run["state"] not in ("queued", "running"):
+            return run
+        time.sleep(1)
+    log = snakedvc(repo, "logs", run_id).stdout
+    raise AssertionError(f"run {run_id} did not end in {timeout} s; its log:\n{log[-4000:]}")
+
+
+def git_state(repo: Path) -> tuple[str, ...]:
+    """What submit must not change: branch, HEAD, index, and the working tree's status."""
+    return (
+        git(repo, "symbolic-ref", "HEAD"),
+        git(repo, "rev-parse", "HEAD"),
+        md5(repo / ".git" / "index"),
+        git(repo, "status", "--porcelain=v1", "--untracked-files=all"),
+    )
+
+
+def edit_lr(repo: Path, lr: float) -> None:
+    config = repo / "config" / "config.yaml"
+    data = yaml.safe_load(config.read_text())
+    data["train"]["lr"] = lr
+    config.write_text(yaml.safe_dump(data, sort_keys=False))
+
+
+SOURCE = "workflow/rules/train.smk"
+EDIT = "\n# An edit made after the first submit.\n"
+
+
+@pytest.fixture
+def repo(tmp_path: Path) -> Path:
+    return dvc_project(tmp_path / "repo", tmp_path / "remote")
+
+
+def test_freeze_holds_uncommitted_and_untracked_files_and_touches_nothing(tmp_path: Path) -> None:
+    repo = tmp_path / "r"
+    repo.mkdir()
+    git(repo, "init", "-q", "-b", "main")
+    git(repo, "config", "user.email", "t@example.com")
+    git(repo, "config", "user.name", "t")
+    (repo / ".gitignore").write_text("ignored/\n")
+    (repo / "code.py").write_text("v1\n")
+    (repo / "gone.py").write_text("old\n")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", "first")
+    (repo / "code.py").write_text("v2\n")  # modified, unstaged
+    (repo / "staged.py").write_text("staged\n")
+    git(repo, "add", "staged.py")  # staged
+    (repo / "new.py").write_text("untracked\n")
+    (repo / "gone.py").unlink()
+    (repo / "ignored").mkdir()
+    (repo / "ignored" / "big.bin").write_text("not code\n")
+    before = git_state(repo)
+
+    commit, tree = freeze(repo, "frozen")
+
+    assert git_state(repo) == before
+    assert git(repo, "rev-parse", f"{commit}^") == git(repo, "rev-parse", "HEAD")
+    assert git(repo, "rev-parse", f"{commit}^{{tree}}") == tree
+    files = set(git(repo, "ls-tree", "-r", "--name-only", commit).split())
+    assert files == {".gitignore", "code.py", "staged.py", "new.py"}
+    assert git(repo, "show", f"{commit}:code.py") == "v2"
+
+
+@pytest.mark.slow
+def test_local_runs_are_pinned_to_their_submit_and_outlive_the_submitting_shell(repo: Path) -> None:
+    before = git_state(repo)
+    original_source = (repo / SOURCE).read_text()
+    # The first run is submitted from a shell that is killed right after (a dropped SSH session).
+    shell = subprocess.Popen(
+        ["bash", "-c", '"$0" -m snakedvc submit --name first -- "$@" && sleep 600', sys.executable, *SMALL_RUN],
+        cwd=repo,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    first = shell.stdout.readline().strip() if shell.stdout else ""
+    assert first, shell.stderr.read() if shell.stderr else ""
+    os.killpg(shell.pid, signal.SIGKILL)
+    shell.wait()
+    assert git_state(repo) == before  # submit leaves branch, index and files as they were
+
+    # Edited while the first run is queued or running: the first run must not see it.
+    edit_lr(repo, 0.002)
+    (repo / SOURCE).write_text(original_source + EDIT)
+    second = submit(repo, "--name", "second", "--", *SMALL_RUN)
+
+    assert wait_until_ended(repo, first)["state"] == "done", snakedvc(repo, "logs", first).stdout[-3000:]
+    assert wait_until_ended(repo, second)["state"] == "done", snakedvc(repo, "logs", second).stdout[-3000:]
+
+    exps = dvc_experiments(repo)  # in the user's repository, where they work
+    assert exps["first"]["params"]["train"]["lr"] == 0.001
+    assert exps["second"]["params"]["train"]["lr"] == 0.002
+    refs = dict(
+        line.split()
+        for line in git(repo, "for-each-ref", "--format=%(refname:lstrip=-1) %(objectname)", "refs/exps").splitlines()
+    )
+    assert git(repo, "show", f"{refs['first']}:{SOURCE}") + "\n" == original_source
+    assert git(repo, "show", f"{refs['second']}:{SOURCE}") + "\n" == original_source + EDIT
+    # Each experiment's baseline is the user's HEAD.
+    assert git(repo, "rev-parse", f"{refs['first']}^") == git(repo, "rev-parse", "HEAD")
+
+    listed = runs(repo)
+    assert {listed[first]["experiments"][0], listed[second]["experiments"][0]} == {"first", "second"}
+    assert listed[first]["jobs"].split("/")[0] == listed[first]["jobs"].split("/")[1]  # every step done
+    assert "run " + first in snakedvc(repo, "logs", first).stdout
+
+    # The shared DVC cache holds the runs' outputs; the workspaces link them (no copies).
+    workspace = repo / ".snakedvc" / "runs" / first / "workspace"
+    assert (workspace / "results/model/model.pt").stat().st_nlink > 1
+    assert snakedvc(repo, "clean").stdout.count("removed the workspace") == 2
+    assert not workspace.exists()
+    assert "worktree" not in git(repo, "worktree", "list").split("\n", 1)[-1]
+    assert runs(repo)[first]["state"] == "done"  # the record stays
+
+
+@pytest.mark.slow
+def test_cancelling_a_local_run_stops_it_and_saves_no_experiment(repo: Path) -> None:
+    run_id = submit(repo, "--name", "doomed", "--", *SMALL_RUN, "train={max_epochs: 500, hidden_sizes: [32]}")
+    deadline = time.monotonic() + 120
+    while "rule train" not in snakedvc(repo, "logs", run_id).stdout:
+        assert time.monotonic() < deadline, snakedvc(repo, "logs", run_id).stdout[-3000:]
+        time.sleep(1)
+    pid = json.loads((repo / ".snakedvc/runs" / run_id / "run.json").read_text())["controller_pid"]
+    assert "cancelled run" in snakedvc(repo, "cancel", run_id).stdout
+    assert runs(repo)[run_id]["state"] == "cancelled"
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)
+    assert "doomed" not in dvc_experiments(repo)
+    # A cancelled run can be resumed; a second cancel says it has ended.
+    assert "already ended as cancelled" in snakedvc(repo, "cancel", run_id, check=False).stderr
+
+
+def test_bad_input_names_the_thing_at_fault(repo: Path, tmp_path: Path) -> None:
+    bad = snakedvc(repo, "submit", "--name", "a;rm -rf /", check=False)
+    assert bad.returncode == 1 and "'a;rm -rf /'" in bad.stderr
+    missing = snakedvc(repo, "submit", "--profile", "profiles/nope", check=False)
+    assert missing.returncode == 1 and "profiles/nope" in missing.stderr
+    unknown = snakedvc(repo, "logs", "20990101-000000-beef", check=False)
+    assert unknown.returncode == 1 and "20990101-000000-beef" in unknown.stderr
+    assert not (repo / ".snakedvc" / "runs").exists() or not list((repo / ".snakedvc" / "runs").iterdir())
+    profile = tmp_path / "p"
+    profile.mkdir()
+    (profile / "controller.yaml").write_text("partition: cpu\nruntim: 10\n")
+    with pytest.raises(RunError, match=r"controller.yaml: unknown setting\(s\) runtim"):
+        controller_settings(profile)
+    (profile / "controller.yaml").write_text("mem_mb: lots\n")
+    with pytest.raises(RunError, match="mem_mb must be a whole number"):
+        controller_settings(profile)
+
+
+def test_the_controller_job_is_one_sbatch_argument_list(repo: Path) -> None:
+    from snakedvc.runs import Run
+
+    run = Run(id="20260101-000000-abcd", name="lr-3e-4", root=str(repo), commit="c", baseline="b",
+              profile="profiles/slurm", snakemake_args=[], slurm=True, created=0.0)  # fmt: skip
+    settings = controller_settings(repo / "profiles" / "slurm")
+    command = sbatch_command(run, settings, run.dir / "controller.sh")
+    assert command[0] == "sbatch" and command[-1] == str(run.dir / "controller.sh")
+    assert "--job-name=snakedvc-lr-3e-4" in command and "--cpus-per-task=1" in command
+    assert f"--chdir={run.workspace}" in command
+    assert f"--partition={settings['partition']}" in command
+
+
+def test_packages_installed_editable_from_the_repository_are_imported_from_the_workspace(tmp_path: Path) -> None:
+    from snakedvc.runs import source_paths
+    from tests.conftest import REPO
+
+    workspace = tmp_path / "workspace"
+    for folder in ("src", "examples/esol/src", "plugins/slurm/src"):
+        (workspace / folder).mkdir(parents=True)
+    # This environment installs the kit, ESOL's steps and the executor editable from this repository.
+    assert source_paths(REPO, workspace) == sorted(
+        str(workspace / f) for f in ("src", "examples/esol/src", "plugins/slurm/src")
+    )
+    assert source_paths(tmp_path, workspace) == []  # nothing is installed from tmp_path
