@@ -195,17 +195,22 @@ def test_bad_input_names_the_thing_at_fault(repo: Path, tmp_path: Path) -> None:
         controller_settings(profile)
 
 
-def test_the_controller_job_is_one_sbatch_argument_list(repo: Path) -> None:
-    from snakedvc.runs import Run
+def test_the_controller_job_matches_its_reference_command_line() -> None:
+    """The controller's sbatch call for profiles/slurm (tests/reference/runs/), paths made stable."""
+    import shlex
 
-    run = Run(id="20260101-000000-abcd", name="lr-3e-4", root=str(repo), commit="c", baseline="b",
+    from snakedvc.runs import Run
+    from tests.conftest import REPO
+
+    run = Run(id="20260101-000000-abcd", name="lr-3e-4", root="/home/me/project", commit="c", baseline="b",
               profile="profiles/slurm", snakemake_args=[], slurm=True, created=0.0)  # fmt: skip
-    settings = controller_settings(repo / "profiles" / "slurm")
-    command = sbatch_command(run, settings, run.dir / "controller.sh")
-    assert command[0] == "sbatch" and command[-1] == str(run.dir / "controller.sh")
-    assert "--job-name=snakedvc-lr-3e-4" in command and "--cpus-per-task=1" in command
-    assert f"--chdir={run.workspace}" in command
-    assert f"--partition={settings['partition']}" in command
+    command = sbatch_command(run, controller_settings(REPO / "profiles" / "slurm"), run.dir / "controller.sh")
+    text = shlex.join(command) + "\n"
+    reference = REPO / "tests" / "reference" / "runs" / "controller-sbatch.txt"
+    if os.environ.get("SNAKEDVC_UPDATE_REFERENCES") == "1":
+        reference.parent.mkdir(exist_ok=True)
+        reference.write_text(text)
+    assert text == reference.read_text(), f"the controller's sbatch call differs from {reference}"
 
 
 def test_packages_installed_editable_from_the_repository_are_imported_from_the_workspace(tmp_path: Path) -> None:

@@ -315,6 +315,9 @@ def controller_settings(folder: Path) -> dict[str, Any]:
             raise RunError(f"{path}: {key} must be a whole number >= 1, got {settings[key]!r}")
     if isinstance(settings["retries"], bool) or not isinstance(settings["retries"], int) or settings["retries"] < 0:
         raise RunError(f"{path}: retries must be a whole number >= 0, got {settings['retries']!r}")
+    for key in ("partition", "account"):
+        if settings[key] is not None and not isinstance(settings[key], str):
+            raise RunError(f"{path}: {key} must be a name or null, got {settings[key]!r}")
     if not isinstance(settings["sbatch_extra"], list) or not all(isinstance(a, str) for a in settings["sbatch_extra"]):
         raise RunError(f"{path}: sbatch_extra must be a list of strings")
     return settings
