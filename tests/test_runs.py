@@ -3,19 +3,22 @@ locally here, on the test cluster in test_runs_slurm.py."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 import yaml
 
-from snakedvc.runs import RunError, controller_settings, freeze, sbatch_command
-from tests.conftest import SMALL_RUN, dvc_experiments, dvc_project, md5
+from snakedvc.runs import RunError, controller_settings, find_run, freeze, resume, sbatch_command
+from tests.conftest import SMALL_RUN, dvc_experiments, dvc_project, md5, trainers_in
 from tests.conftest import git as git_output
 
 SNAKEDVC = [sys.executable, "-m", "snakedvc"]
@@ -225,3 +228,99 @@ def test_packages_installed_editable_from_the_repository_are_imported_from_the_w
         str(workspace / f) for f in ("src", "examples/esol/src", "plugins/slurm/src")
     )
     assert source_paths(tmp_path, workspace) == []  # nothing is installed from tmp_path
+
+
+# A training long enough to be killed mid-run (tens of seconds on 2 cores), checkpointing every 50 epochs.
+LONG_TRAIN = [
+    "--config",
+    "data={limit: 200}",
+    "train={max_epochs: 2500, patience: 100000, hidden_sizes: [64], checkpoint_every: 50}",
+]
+
+
+def wait_for(what: str, ready: Callable[[], bool], explain: Callable[[], str], timeout: float = 300) -> None:
+    deadline = time.monotonic() + timeout
+    while not ready():
+        assert time.monotonic() < deadline, f"no {what} in {timeout} s:\n{explain()[-4000:]}"
+        time.sleep(0.5)
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+@pytest.mark.slow
+def test_a_lost_local_run_resumes_from_its_checkpoint_and_saves_its_experiment(repo: Path) -> None:
+    run_id = submit(repo, "--name", "interrupted", "--", *LONG_TRAIN)
+    run_dir = repo / ".snakedvc" / "runs" / run_id
+    workspace = run_dir / "workspace"
+    train_log = workspace / "logs" / "train.log"
+
+    def training() -> str:
+        return train_log.read_text() if train_log.exists() else ""
+
+    def logs() -> str:
+        return snakedvc(repo, "logs", run_id).stdout[-2000:] + "\n--- train.log:\n" + training()[-2000:]
+
+    def record() -> dict:
+        return json.loads((run_dir / "run.json").read_text())
+
+    def training_shows(text: str) -> bool:
+        assert record()["state"] in ("queued", "running"), logs()  # ended early: no point waiting
+        return text in training()
+
+    try:
+        # Killed between two periodic checkpoints, well after the first.
+        wait_for("periodic checkpoint", lambda: training_shows("checkpoint (periodic): "), logs)
+        wait_for("epoch 170", lambda: training_shows("epoch 170 "), logs)
+        first = record()["controller_pid"]
+        trainers = trainers_in(workspace)
+        assert trainers, logs()
+        # The machine is lost: the controller's process group (Snakemake, the trainer) dies at once.
+        os.killpg(first, signal.SIGKILL)
+        for pid in trainers_in(workspace):  # (it dies with the group; this is a backstop)
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        wait_for("end of the killed processes", lambda: not any(map(alive, [first, *trainers])), logs, 30)
+        reached = max(int(n) for n in re.findall(r"esol.train: epoch (\d+) ", training()))
+        assert runs(repo)[run_id]["state"] == "lost"
+        assert "interrupted" not in dvc_experiments(repo)
+
+        resumed = snakedvc(repo, "resume", run_id)
+        second = record()["controller_pid"]
+        assert f"resumed run {run_id} (interrupted): controller process {second}" in resumed.stdout
+        assert second != first and record()["attempt"] == 2
+        ended = wait_until_ended(repo, run_id)
+        assert ended["state"] == "done", logs()
+    finally:  # nothing of this run outlives a failed test
+        if record()["state"] in ("queued", "running"):
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(record()["controller_pid"], signal.SIGKILL)
+        for pid in trainers_in(workspace):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+
+    log = train_log.read_text()
+    # The new trainer took the dead one's lease over and went on from its last periodic checkpoint.
+    takeover = re.search(
+        r"WARNING .* took over the lease on \S+ from host \S+, pid (\d+): process \1 no longer runs", log
+    )
+    assert takeover and int(takeover.group(1)) in trainers, log[-3000:]
+    restart = re.search(r"resumed from epoch (\d+) step (\d+) \(periodic checkpoint", log)
+    assert restart, log[-3000:]
+    epoch, step = int(restart.group(1)), int(restart.group(2))
+    assert epoch % 50 == 1 and 151 <= epoch <= reached + 1 and step == 0, (epoch, step, reached)
+    assert "epoch 2500 " in log
+    assert ended["experiments"] == ["interrupted"]
+    exps = dvc_experiments(repo)
+    assert exps["interrupted"]["params"]["train"]["max_epochs"] == 2500
+    assert exps["interrupted"]["metrics"] == json.loads((workspace / "results" / "metrics.json").read_text())
+
+    finished = snakedvc(repo, "resume", run_id, check=False)
+    assert finished.returncode == 1 and f"run {run_id} has finished" in finished.stderr
+    with pytest.raises(RunError, match="has finished"):
+        resume(find_run(repo, run_id))
