@@ -7,7 +7,7 @@ import shlex
 
 import pytest
 
-from snakedvc.launch import Layout, launch_command, rdzv_port
+from snakedvc.launch import Layout, in_allocation_outside_steps, launch_command, rdzv_port
 from tests.conftest import REPO
 
 REFERENCES = REPO / "tests" / "reference" / "launch"
@@ -18,7 +18,14 @@ CASES = {
     "one_process": dict(layout=Layout()),
     "two_local_processes": dict(layout=Layout(procs_per_node=2)),
     "four_gpus_one_node": dict(layout=Layout(procs_per_node=4)),
-    "two_nodes_two_gpus": dict(layout=Layout(nodes=2, procs_per_node=2), slurm_job_id="4242", first_host="gpu-node-07"),
+    "two_nodes_two_gpus": dict(
+        layout=Layout(nodes=2, procs_per_node=2), slurm_job_id="4242", first_host="gpu-node-07", cpus_per_task=8
+    ),
+    # What tests/test_multinode.py runs on the two-node test cluster (job id and port normalised).
+    "two_nodes_cpu": dict(layout=Layout(nodes=2), slurm_job_id="4242", first_host="node1", cpus_per_task=1),
+    # In a batch script (where snakedvc-slurm runs a rule's command): a job step of its own.
+    "one_process_in_batch_script": dict(layout=Layout(), own_step=True, cpus_per_task=4),
+    "two_processes_in_batch_script": dict(layout=Layout(procs_per_node=2), own_step=True, cpus_per_task=2),
 }
 
 
@@ -31,6 +38,8 @@ def test_command_matches_reference(name: str) -> None:
         python="python",
         slurm_job_id=case.get("slurm_job_id"),
         first_host=case.get("first_host"),
+        own_step=case.get("own_step", False),
+        cpus_per_task=case.get("cpus_per_task"),
     )
     text = shlex.join(command) + "\n"
     reference = REFERENCES / f"{name}.txt"
@@ -63,6 +72,14 @@ def test_nothing_to_launch_is_an_error() -> None:
 def test_multi_node_needs_slurm_allocation() -> None:
     with pytest.raises(ValueError, match="SLURM"):
         launch_command(Layout(nodes=2), COMMAND)
+
+
+def test_a_step_of_its_own_only_inside_an_allocation_outside_steps() -> None:
+    assert in_allocation_outside_steps({"SLURM_JOB_ID": "7"})  # batch script, salloc shell
+    assert not in_allocation_outside_steps({"SLURM_JOB_ID": "7", "SLURM_STEP_ID": "0"})  # inside srun
+    assert not in_allocation_outside_steps({})  # no SLURM
+    assert launch_command(Layout(), COMMAND, own_step=True)[:1] == ["srun"]
+    assert launch_command(Layout(), COMMAND, own_step=False) == COMMAND
 
 
 def test_rendezvous_port_depends_on_job_and_stays_in_range() -> None:

@@ -184,6 +184,15 @@ def test_make_dag_renders_every_rule(tmp_path: Path) -> None:
             assert f">{rule}<" in svg, (name, rule)
 
 
+def numbered_steps(jobid: str) -> list[str]:
+    """The job's srun steps (<jobid>.0, ...); the plugin's jobstep would make one per job it runs."""
+    wait_for_sacct(jobid)
+    ids = subprocess.run(
+        ["sacct", "-n", "-P", "-j", jobid, "-o", "JobID"], capture_output=True, text=True, check=True
+    ).stdout.split()
+    return [i for i in ids if "." in i and i.rsplit(".", 1)[1].isdigit()]
+
+
 def test_train_with_two_processes_through_slurm(slurm_cluster, project: Path) -> None:
     config = [
         "--config",
@@ -199,20 +208,14 @@ def test_train_with_two_processes_through_slurm(slurm_cluster, project: Path) ->
     assert row["partition"] == "gpu"
     assert "cpu=2" in row["tres"] and "gres/gpu=1" in row["tres"], row
     assert row["state"] == "COMPLETED"
+    # The training is one job step, made by `snakedvc launch` (so --signal=TERM@90 reaches it).
+    assert numbered_steps(jobid) == [f"{jobid}.0"]
     assert (project / "results/metrics.json").is_file()
 
 
 def test_sharded_featurisation_on_slurm_matches_local_bytes(slurm_cluster, project: Path) -> None:
     """Sharded featurise jobs run as Snakemake job groups (the rule's group "shards", the profile's
     group-components): one sbatch call and one Snakemake start-up per group, not per shard."""
-
-    def numbered_steps(jobid: str) -> list[str]:
-        """The job's srun steps (<jobid>.0, ...): the jobstep makes one per job it runs."""
-        wait_for_sacct(jobid)
-        ids = subprocess.run(
-            ["sacct", "-n", "-P", "-j", jobid, "-o", "JobID"], capture_output=True, text=True, check=True
-        ).stdout.split()
-        return [i for i in ids if "." in i and i.rsplit(".", 1)[1].isdigit()]
 
     targets = ["results/features/train.npz", "results/features/train.rejects.csv"]
     config = ["--config", "data={limit: 300}"]
@@ -222,7 +225,8 @@ def test_sharded_featurisation_on_slurm_matches_local_bytes(slurm_cluster, proje
 
     split = run_snakemake(project, "--profile", "profiles/slurm", *config, "--", "results/split/train.csv")
     (split_job,) = slurm_jobs_by_rule(split.stdout + split.stderr)["split"]
-    assert len(numbered_steps(split_job)) == 1  # a single job: the jobstep's srun step
+    # A single job runs in its batch script's Snakemake too: no srun step, no second Snakemake.
+    assert numbered_steps(split_job) == []
     run_snakemake(project, "--profile", "profiles/local", *config, "featurise={shards: 1}", "--", *targets)
     local = md5s()
     # The profile's groups (32 shards a job), and groups of 3 shards.

@@ -413,7 +413,9 @@ time.sleep(150)
 @pytest.mark.slurm
 def test_profile_warning_signal_arrives_before_the_time_limit(slurm_cluster: None, tmp_path: Path) -> None:
     """9.17.3: the profile's quoted slurm_extra still sets SLURM's warning signal: a 2-minute job
-    gets SIGTERM well before its limit (asked 90 s before; without --signal it comes at 120 s)."""
+    gets SIGTERM well before its limit (asked 90 s before; without --signal it comes at 120 s).
+    SLURM signals job steps: the command runs through `snakedvc launch`, which makes one (a command
+    run straight from the batch script hears nothing before the limit: measured 134 s)."""
     copy_slurm_profile(tmp_path / "profile")
     write(tmp_path / "wait.py", WAIT_FOR_TERM)
     evidence = tmp_path / "sigterm-after-seconds.txt"  # not an output: Snakemake deletes a failed job's outputs
@@ -423,7 +425,7 @@ def test_profile_warning_signal_arrives_before_the_time_limit(slurm_cluster: Non
         rule wait:
             output: "done.txt"
             resources: runtime=2, mem_mb=200
-            shell: "exec {sys.executable} wait.py {evidence}"
+            shell: "exec {sys.executable} -m snakedvc launch -- {sys.executable} wait.py {evidence}"
         """,
     )
     # The TERM ends the job step, so the job fails; no retry.

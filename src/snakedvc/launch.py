@@ -4,18 +4,30 @@
 1 process runs COMMAND as it is; N processes on one node wrap it in torchrun; K nodes wrap
 that in `srun --ntasks-per-node=1`, one torchrun agent per node meeting by c10d rendezvous on
 the allocation's first host. torchrun starts COMMAND itself (`--no-python`), so any command
-works: `python train.py ...`, `python -m pkg ...`, a console script. Command lines are argument
-lists built by pure functions (compared against reference files in tests); `run` fills in what
-only the running job knows (SLURM job id, first host) and replaces itself with the command.
+works: `python train.py ...`, `python -m pkg ...`, a console script.
+
+Inside a SLURM allocation but outside any job step (a batch script: where snakedvc-slurm runs a
+rule's command), every layout runs as a job step of its own (`srun`): SLURM sends
+`--signal=TERM@...` to job steps, not to the batch shell, so that is how a checkpointing trainer
+learns of its time limit. The step asks for the allocation's CPUs per task explicitly: since Slurm
+22.05 srun no longer takes them from the batch environment.
+
+Command lines are argument lists built by pure functions (compared against reference files in
+tests); `run` fills in what only the running job knows (SLURM job id, first host, whether it is
+in a step) and replaces itself with the command.
 """
 
 from __future__ import annotations
 
+import logging
 import os
+import shlex
 import subprocess
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+
+log = logging.getLogger(__name__)
 
 RDZV_PORT_BASE = 29500
 RDZV_PORT_SPAN = 20000
@@ -46,29 +58,35 @@ def launch_command(
     python: str = "python",
     slurm_job_id: str | None = None,
     first_host: str | None = None,
+    own_step: bool = False,
+    cpus_per_task: int | None = None,
 ) -> list[str]:
-    """The argv that runs ``command`` with this layout (``python``: the interpreter that runs torchrun)."""
+    """The argv that runs ``command`` with this layout.
+
+    ``python``: the interpreter that runs torchrun. ``own_step``: run it as a SLURM job step of its
+    own (in a batch script); multi-node layouts always are. ``cpus_per_task``: the allocation's
+    CPUs per task, given to that step.
+    """
     if not command:
         raise ValueError("nothing to launch: give the command after `--`")
-    if layout.world_size == 1:
-        return list(command)
     torchrun = [python, "-m", "torch.distributed.run"]
     if layout.nodes == 1:
-        return [
-            *torchrun,
-            "--standalone",
-            "--nnodes=1",
-            f"--nproc-per-node={layout.procs_per_node}",
-            "--no-python",
-            *command,
-        ]
+        if layout.world_size == 1:
+            inner = list(command)
+        else:
+            inner = [
+                *torchrun,
+                "--standalone",
+                "--nnodes=1",
+                f"--nproc-per-node={layout.procs_per_node}",
+                "--no-python",
+                *command,
+            ]
+        return [*job_step(1, cpus_per_task), *inner] if own_step else inner
     if not (slurm_job_id and first_host):
         raise ValueError("multi-node training runs inside a SLURM allocation (SLURM_JOB_ID and its node list)")
     return [
-        "srun",
-        f"--nodes={layout.nodes}",
-        "--ntasks-per-node=1",
-        "--kill-on-bad-exit=1",
+        *job_step(layout.nodes, cpus_per_task),
         *torchrun,
         f"--nnodes={layout.nodes}",
         f"--nproc-per-node={layout.procs_per_node}",
@@ -80,6 +98,17 @@ def launch_command(
     ]
 
 
+def job_step(nodes: int, cpus_per_task: int | None) -> list[str]:
+    """srun for one task per node (torchrun's agent, or the command itself); a failed task ends the step."""
+    cpus = [f"--cpus-per-task={cpus_per_task}"] if cpus_per_task else []
+    return ["srun", f"--nodes={nodes}", "--ntasks-per-node=1", *cpus, "--kill-on-bad-exit=1"]
+
+
+def in_allocation_outside_steps(env: Mapping[str, str]) -> bool:
+    """A batch script or an salloc shell: a SLURM job, but no job step yet."""
+    return "SLURM_JOB_ID" in env and "SLURM_STEP_ID" not in env
+
+
 def first_host_of_allocation(env: Mapping[str, str]) -> str:
     nodelist = env["SLURM_JOB_NODELIST"]
     out = subprocess.run(["scontrol", "show", "hostnames", nodelist], capture_output=True, text=True, check=True)
@@ -89,8 +118,22 @@ def first_host_of_allocation(env: Mapping[str, str]) -> str:
 def run(layout: Layout, command: Sequence[str]) -> None:
     """Replace this process with the launch command (so it stays Snakemake's direct child)."""
     env = os.environ
+    own_step = in_allocation_outside_steps(env)
     job_id = env.get("SLURM_JOB_ID") if layout.nodes > 1 else None
     host = first_host_of_allocation(env) if job_id else None
-    argv = launch_command(layout, command, python=sys.executable, slurm_job_id=job_id, first_host=host)
+    cpus = env.get("SLURM_CPUS_PER_TASK")
+    argv = launch_command(
+        layout,
+        command,
+        python=sys.executable,
+        slurm_job_id=job_id,
+        first_host=host,
+        own_step=own_step,
+        cpus_per_task=int(cpus) if cpus and cpus.isdigit() else None,
+    )
+    # What ran, in the rule's log: the line a reference file (tests/reference/launch/) is checked against.
+    log.info("launch: %s", shlex.join(argv))
+    for handler in logging.getLogger().handlers:
+        handler.flush()
     sys.stderr.flush()
     os.execvp(argv[0], argv)

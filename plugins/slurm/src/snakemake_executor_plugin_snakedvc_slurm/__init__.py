@@ -27,9 +27,11 @@ Executor, and each fix is also a ready upstream patch in docs/upstream/ (README.
   Here the account of your recent jobs is read with a proper argument list, once, and
   logged in one line.
 
-One change of behaviour besides: a group job's jobs run in the Snakemake that its batch script
-starts (Snakemake's local executor), not each through the jobstep's `srun` and a second Snakemake
-(see Executor.format_job_exec); single jobs keep the jobstep.
+One change of behaviour besides: a job runs in the Snakemake that its batch script starts
+(Snakemake's local executor), not through the jobstep's `srun` step and a second Snakemake (see
+Executor.format_job_exec). A command that needs a job step of its own (multi-node training, a
+checkpointing trainer that must receive `--signal=TERM@...`) makes it: `snakedvc launch` does.
+Jobs with the `mpi` resource and array jobs keep the jobstep.
 
 Snakemake names a plugin's settings after the plugin, so in a profile they are spelled
 `snakedvc-slurm-<setting>` (e.g. `snakedvc-slurm-status-command`).
@@ -114,11 +116,15 @@ ACTIVE_STATES = frozenset(
 )
 # The plugin's fail_stati (check_active_jobs) less NODE_FAIL, which it handles apart (requeue).
 FAIL_STATES = frozenset({"BOOT_FAIL", "CANCELLED", "DEADLINE", "FAILED", "OUT_OF_MEMORY", "TIMEOUT", "ERROR"})
-# How the Snakemake inside a group job runs the group's jobs (see Executor.format_job_exec); its
-# --cores (the group job's CPUs) bounds how many run at once.
-GROUP_JOB_EXECUTOR_ARGS = "--executor local"
+# How the Snakemake inside a SLURM job runs its job, or a group job's jobs (see
+# Executor.format_job_exec); its --cores (the job's CPUs) bounds how many run at once.
+IN_JOB_EXECUTOR_ARGS = "--executor local"
 # Failed status rounds in a row before the user hears of it (one blip is normal on a busy cluster).
 STATUS_FAILURES_BEFORE_WARNING = 3
+# What the command being built is for (format_job_exec): an array job's, or one run by the local
+# executor in its job. Per thread (the plugin submits from two), and not per executor: upstream's
+# tests build Executors without their constructor.
+_BUILDING = threading.local()
 # How often a status-check wait looks whether a submission shortened it.
 SLEEP_SLICE_SECONDS = 0.5
 
@@ -205,9 +211,6 @@ class Executor(SlurmExecutor):
         self._guessed_account_arg: str | None = None
         self._account_lock = threading.Lock()
         self._failed_status_queries = 0  # in a row
-        # Set while format_job_exec builds a group job's command (per thread: the plugin
-        # submits from two).
-        self._building = threading.local()
 
     def _initial_interval(self) -> float:
         settings = self.workflow.executor_settings
@@ -308,24 +311,34 @@ class Executor(SlurmExecutor):
 
     def format_job_exec(self, job: Any) -> str:
         # Why: inside its SLURM job the plugin runs each job through the slurm-jobstep
-        # executor: an `srun -n1` step that starts a second Snakemake. For a group job that
-        # is a Snakemake start-up (~2 s of CPU) per grouped job, one job at a time
-        # (`--jobs 1`), which is most of the CPU a group of small jobs uses. Here a group
-        # job's jobs run under Snakemake's local executor in the Snakemake that the batch
-        # script starts: no srun, no second start-up, as many side by side as the group's
-        # CPUs allow. Single jobs keep the jobstep: its srun step is what receives
-        # `--signal=TERM@...` (SLURM signals job steps, not the batch shell), which
-        # checkpointing training relies on.
-        self._building.group = job.is_group() is True  # exactly True: stand-in jobs in tests answer a mock
+        # executor: an `srun -n1` step that starts a second Snakemake (~2-3 s of CPU before the
+        # rule's command starts), for a group job once per grouped job and one at a time
+        # (`--jobs 1`). Here the job runs under Snakemake's local executor in the Snakemake that
+        # the batch script starts: no second start-up, a group's jobs side by side on its CPUs.
+        # The jobstep's srun step was also what received `--signal=TERM@...` (SLURM signals job
+        # steps, not the batch shell); `snakedvc launch` now makes that step itself, sized for
+        # the layout it launches (one task per node), which the jobstep's `srun -n1` was not.
+        # `mpi` jobs call srun in their own command, as the plugin documents; array jobs read
+        # their command from the jobstep's array setting: both keep the jobstep.
+        # keys(): job.resources is a Namedlist, whose `in` looks at values.
+        uses_jobstep = getattr(_BUILDING, "array", False) or "mpi" in job.resources.keys()  # noqa: SIM118
+        _BUILDING.local = not uses_jobstep
         try:
             return super().format_job_exec(job)
         finally:
-            self._building.group = False
+            _BUILDING.local = False
 
     def additional_general_args(self) -> str:
-        if getattr(self._building, "group", False):
-            return GROUP_JOB_EXECUTOR_ARGS
+        if getattr(_BUILDING, "local", False):
+            return IN_JOB_EXECUTOR_ARGS
         return super().additional_general_args()
+
+    def run_array_jobs(self, jobs: list[Any]) -> None:
+        _BUILDING.array = True
+        try:
+            super().run_array_jobs(jobs)
+        finally:
+            _BUILDING.array = False
 
     def get_account_arg(self, job: Any) -> Iterator[str]:
         # Why: without a slurm_account the plugin's guess pipes sacct into `tail` inside one
