@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import importlib.util
+import os
 import shutil
 import subprocess
 import sys
@@ -65,12 +66,32 @@ def slurm_jobs_by_rule(output: str) -> dict[str, list[str]]:
     return jobs
 
 
-@pytest.fixture(scope="session")
-def slurm_cluster() -> None:
-    """The real single-host SLURM test cluster (idempotent: starts it only if needed)."""
-    proc = subprocess.run([str(REPO / "scripts" / "slurm-cluster"), "up"], capture_output=True, text=True, timeout=600)
+def cluster_up(nodes: int) -> None:
+    """The real SLURM test cluster with this many compute nodes (idempotent: starts or reshapes it only if needed)."""
+    env = {**os.environ, "SLURM_CLUSTER_NODES": str(nodes)}
+    proc = subprocess.run(
+        [str(REPO / "scripts" / "slurm-cluster"), "up"], capture_output=True, text=True, timeout=600, env=env
+    )
     if proc.returncode != 0:
         pytest.fail(f"scripts/slurm-cluster up failed:\n{proc.stdout}\n{proc.stderr}")
+
+
+@pytest.fixture(scope="session")
+def slurm_cluster() -> None:
+    """The default test cluster: one node, this host."""
+    cluster_up(1)
+
+
+@pytest.fixture(scope="session")
+def multinode_cluster() -> None:
+    """The test cluster with two compute nodes (network namespaces node1, node2)."""
+    cluster_up(2)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    # Multi-node tests last (the sort is stable): reshaping the cluster restarts its daemons, so
+    # it happens once, after every test of the one-node cluster.
+    items.sort(key=lambda item: item.get_closest_marker("multinode") is not None)
 
 
 def git(cwd: Path, *args: str) -> str:

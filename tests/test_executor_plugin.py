@@ -446,3 +446,33 @@ def test_the_plugins_start_up_advice_to_use_squeue_is_not_printed(
         executor.logger.warning("another warning")
     messages = [r.getMessage() for r in caplog.records]
     assert not any(SQUEUE_ADVICE in m for m in messages) and "another warning" in messages
+
+
+@pytest.mark.parametrize(
+    ("nodes", "gpus", "wanted", "unwanted"),
+    [
+        (1, 0, ["--nodes=1", "--ntasks=1"], ["--gpus", "--gres"]),
+        # CPU across nodes: one task a node, or SLURM shrinks --nodes=2 --ntasks=1 to one node.
+        (2, 0, ["--nodes=2", "--ntasks=2"], ["--gpus", "--gres"]),
+        (1, 2, ["--nodes=1", "--gpus=2"], ["--ntasks", "--gres"]),
+        # GPUs across nodes: per node (--gres), not per job (--gpus).
+        (3, 4, ["--nodes=3", "--gres=gpu:4"], ["--ntasks", "--gpus"]),
+    ],
+)
+def test_training_resources_reach_sbatch_as_the_layout_needs(
+    nodes: int, gpus: int, wanted: list[str], unwanted: list[str]
+) -> None:
+    """snakedvc.training_resources through the plugin's own sbatch builders (the profile's tasks_per_gpu: 0)."""
+    from snakemake_executor_plugin_slurm.submit_string import get_submit_command
+    from snakemake_executor_plugin_slurm.utils import set_gres_string
+
+    import snakedvc
+
+    job = Job(**snakedvc.training_resources(nodes, gpus), tasks_per_gpu=0)
+    job.threads = 2
+    params = {"run_uuid": "u", "slurm_logfile": "l", "comment_str": "c", "account": "", "partition": "", "workdir": ""}
+    words = (get_submit_command(job, params) + " " + set_gres_string(job)).split()
+    for flag in wanted:
+        assert flag in words, (flag, words)
+    for prefix in unwanted:
+        assert not any(word.startswith(prefix) for word in words), (prefix, words)

@@ -9,6 +9,8 @@ In a Snakefile
 - ``sweep_plan(config)``: the sweep of ``snakedvc.sweep``: the trial rule's outputs, params and
   inputs (``outputs``, ``section``, ``trial_args``, ``log``, ``benchmark``), the winner (``best``).
 - ``tracked(config, *outputs)``: the ``.dvc`` targets that record outputs in DVC.
+- ``training_resources(nodes, gpus_per_node)``: a training rule's SLURM resources for that layout
+  (``resources: **snakedvc.training_resources(K, G)``).
 - ``finish_run(config)``: in ``onsuccess``, save the run (or every sweep trial) as a DVC experiment.
 - ``ConfigError``, ``validate_config(config, schema)``: schema validation for a user's own checks.
 
@@ -27,7 +29,7 @@ from snakedvc.io import atomic_path
 from snakedvc.logs import log_to
 from snakedvc.sweep import plan as sweep_plan
 from snakedvc.tracking import finish_run
-from snakedvc.workflow import configure, module_path, tracked
+from snakedvc.workflow import configure, module_path, tracked, training_resources
 
 __version__ = "0.1.0"
 __all__ = [
@@ -39,6 +41,7 @@ __all__ = [
     "module_path",
     "sweep_plan",
     "tracked",
+    "training_resources",
     "validate_config",
     "__version__",
 ]

@@ -115,3 +115,22 @@ def tracked(config: Mapping[str, Any], *outputs: Any) -> list[str]:
     if not tracking_enabled(config):
         return []
     return [f"{path}.dvc" for path in _paths(outputs)]
+
+
+def training_resources(nodes: int = 1, gpus_per_node: int = 0) -> dict[str, Any]:
+    """The resources of a training job of ``nodes`` nodes with ``gpus_per_node`` GPUs on each, as
+    snakemake-executor-plugin-slurm reads them: ``resources: **snakedvc.training_resources(K, G)``.
+
+    One node: ``gpu`` (``--gpus``, a count per job). Several: ``gres: gpu:G`` (``--gres`` is per
+    node; ``--gpus`` would let SLURM put a job's GPUs on any of its nodes). A CPU job gets one task
+    per node: the plugin asks for ``--ntasks=tasks``, and SLURM shrinks ``--nodes=2 --ntasks=1`` to
+    one node. A GPU job gets no ``tasks``: the plugin would turn it into ``--ntasks-per-gpu``; SLURM
+    then gives it one task per node. ``snakedvc launch`` starts one torchrun agent a node either way.
+    """
+    if nodes < 1 or gpus_per_node < 0:
+        raise ConfigError(f"training needs nodes >= 1 and gpus_per_node >= 0, got {nodes} and {gpus_per_node}")
+    if gpus_per_node == 0:
+        return {"nodes": nodes, "tasks": nodes, "gpu": 0}
+    if nodes == 1:
+        return {"nodes": 1, "gpu": gpus_per_node}
+    return {"nodes": nodes, "gres": f"gpu:{gpus_per_node}"}

@@ -21,8 +21,8 @@ rule train:
     resources:
         mem_mb=res("train", "mem_mb"),
         runtime=res("train", "runtime"),
-        gpu=res("train", "gpu"),
-        nodes=res("train", "nodes"),
+        # nodes, GPUs per node and tasks, spelled the way the SLURM plugin reads them for this layout
+        **snakedvc.training_resources(res("train", "nodes"), res("train", "gpu")),
     # `exec`: the trainer must be Snakemake's direct child, so SLURM's SIGTERM reaches it and
     # Snakemake waits for its checkpoint; a bash in between would die on TERM first.
     shell:

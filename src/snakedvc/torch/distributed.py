@@ -10,6 +10,7 @@ import contextlib
 import datetime
 import logging
 import os
+import socket
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -60,9 +61,10 @@ def session(timeout_s: int = 600) -> Iterator[DistContext]:
     if ctx.distributed and not dist.is_initialized():
         dist.init_process_group(backend=ctx.backend, timeout=datetime.timedelta(seconds=timeout_s))
     log.info(
-        "rank %d of %d (local rank %d, backend %s, device %s)",
+        "rank %d of %d on %s (local rank %d, backend %s, device %s)",
         ctx.rank,
         ctx.world_size,
+        socket.gethostname(),
         ctx.local_rank,
         ctx.backend or "none",
         ctx.device,

@@ -1,0 +1,161 @@
+"""Training and workflows across nodes on the real test cluster with two compute nodes.
+
+`scripts/slurm-cluster` with SLURM_CLUSTER_NODES=2: node1 and node2 are slurmds in network
+namespaces of their own (own address, own hostname), so SLURM allocates them as separate
+machines and a job's processes on the two talk over TCP. The train rule asks for two nodes
+through the config only (`resources.train.nodes: 2`); profiles/slurm is unchanged.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from snakedvc.launch import rdzv_port
+from tests.conftest import REPO, run_snakemake, slurm_jobs_by_rule
+from tests.test_slurm_resume import finish, running_train_job, wait_for_log
+
+pytestmark = [pytest.mark.slurm, pytest.mark.slow, pytest.mark.multinode]
+
+TWO_NODES = "resources={train: {nodes: 2, gpu: 0}}"
+# The launch command line generated for this layout (tests/test_launch.py keeps it current).
+REFERENCE = REPO / "tests/reference/launch/two_nodes_cpu.txt"
+SMALL = ["data={limit: 200}", "train={max_epochs: 3, hidden_sizes: [32]}"]
+
+
+def accounted(jobid: str, timeout: float = 60) -> dict[str, dict[str, str]]:
+    """sacct rows of a job and its steps, by job id ("123", "123.batch", "123.0")."""
+    deadline = time.time() + timeout
+    while True:
+        out = subprocess.run(
+            ["sacct", "-n", "-P", "-j", jobid, "-o", "JobID,State,NNodes,NodeList"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+        rows = {}
+        for line in out.splitlines():
+            job, state, nnodes, nodelist = line.split("|")
+            rows[job] = {"state": state.split()[0], "nnodes": nnodes, "nodelist": nodelist}
+        if jobid in rows and rows[jobid]["state"] not in ("PENDING", "RUNNING", "COMPLETING"):
+            return rows
+        if time.time() > deadline:
+            raise AssertionError(f"sacct has no finished job {jobid}: {out}")
+        time.sleep(0.5)
+
+
+def hostnames(nodelist: str) -> set[str]:
+    out = subprocess.run(["scontrol", "show", "hostnames", nodelist], capture_output=True, text=True, check=True)
+    return set(out.stdout.split())
+
+
+def launcher(text: str, jobid: str) -> list[str]:
+    """The launch command up to the user's command (`--no-python`), with what varies by job normalised."""
+    line = next(line for line in text.splitlines() if "srun " in line)
+    argv = shlex.split(line[line.index("srun ") :])
+    argv = argv[: argv.index("--no-python") + 1]
+    normal = {jobid: "<job>", str(rdzv_port(jobid)): "<port>"}
+    words = [re.sub(r"\d+", lambda m: normal.get(m.group(), m.group()), word) for word in argv]
+    # The interpreter: the project's environment here, "python" in the reference.
+    return ["python" if word.endswith("/python") else word for word in words]
+
+
+def weights(path: Path) -> dict[str, torch.Tensor]:
+    return torch.load(path, weights_only=True)["state_dict"]
+
+
+def test_training_across_two_nodes_equals_one_process(multinode_cluster, project: Path) -> None:
+    target = "results/model/model.pt"
+    model = project / target
+    proc = run_snakemake(project, "--profile", "profiles/slurm", "--config", *SMALL, TWO_NODES, "--", target)
+    (jobid,) = slurm_jobs_by_rule(proc.stdout + proc.stderr)["train"]
+    rows = accounted(jobid)
+    assert rows[jobid]["nnodes"] == "2" and rows[jobid]["state"] == "COMPLETED", rows
+    # The training itself is one job step over both nodes (snakedvc launch's srun), one task a node.
+    assert rows[f"{jobid}.0"]["nnodes"] == "2", rows
+    assert hostnames(rows[f"{jobid}.0"]["nodelist"]) == {"node1", "node2"}
+
+    log = (project / "logs/train.log").read_text()
+    assert launcher(log, jobid) == launcher(REFERENCE.read_text(), "4242")
+    ranks = dict(re.findall(r"rank (\d) of 2 on (\S+) ", log))
+    assert set(ranks) == {"0", "1"} and len(set(ranks.values())) == 2, log[:2000]
+    assert set(ranks.values()) == {"node1", "node2"}
+
+    # The same training in one process (local profile): the same weights up to float32 summation order.
+    two_nodes = weights(model)
+    run_snakemake(project, "--profile", "profiles/local", "--config", *SMALL, "--", target)
+    assert "rank 1 of" not in (project / "logs/train.log").read_text()
+    one = weights(model)
+    assert one.keys() == two_nodes.keys()
+    difference = max((one[k] - two_nodes[k]).abs().max().item() for k in one)
+    assert difference < 1e-5, difference
+
+
+def test_sigterm_to_two_node_training_checkpoints_and_the_retry_resumes(multinode_cluster, project: Path) -> None:
+    long_train = ["data={limit: 200}", "train={max_epochs: 2500, patience: 100000, hidden_sizes: [64]}"]
+    snakemake = subprocess.Popen(
+        [sys.executable, "-m", "snakemake", "--profile", "profiles/slurm", "--retries", "2",
+         "--config", *long_train, TWO_NODES],
+        cwd=project, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip
+    wait_for_log(project, "epoch 200 ", snakemake)
+    first = running_train_job()
+    # SIGTERM to the job's steps, as SLURM sends it before the time limit (--signal=TERM@90): the
+    # training step on both nodes gets it, the batch script does not. (A plain scancel signals
+    # the batch script too; tests/test_slurm_resume.py covers that on one node.)
+    subprocess.run(["scancel", "--signal=TERM", first], check=True)
+    output = finish(snakemake)
+
+    jobs = slurm_jobs_by_rule(output)["train"]
+    assert len(jobs) == 2 and jobs[0] == first, jobs
+    for job in jobs:
+        assert accounted(job)[job]["nnodes"] == "2"
+    # Both ranks, one on each node, stopped at the same step (the SLURM log of the failed job
+    # keeps what each printed); rank 0 wrote the checkpoint there.
+    slurm_log = (project / f"logs/slurm/rule_train/{first}.log").read_text()
+    stops = re.findall(r"esol train: stopped on SIGTERM at epoch (\d+) step (\d+)", slurm_log)
+    assert len(stops) == 2 and stops[0] == stops[1], slurm_log[-3000:]
+    epoch, step = stops[0]
+    log = (project / "logs/train.log").read_text()
+    assert f"resumed from epoch {epoch} step {step} (SIGTERM checkpoint" in log, log[:3000]
+    assert len(set(re.findall(r"rank \d of 2 on (\S+) ", log))) == 2
+    assert (project / "results/metrics.json").is_file()
+
+
+def test_featurise_shards_and_sweep_trials_spread_over_the_nodes(multinode_cluster, project: Path) -> None:
+    sweep = {
+        "data": {"limit": 200},
+        "train": {"max_epochs": 2, "hidden_sizes": [32], "patience": 10},
+        "featurise": {"shards": 4},
+        "snakedvc": {
+            "sweep": {
+                "enabled": True,
+                "name": "spread",
+                "method": "grid",
+                "space": {"train.lr": [0.001, 0.003], "train.dropout": [0.1, 0.3]},
+                "strategy": "successive_halving",
+                "min_epochs": 1,
+                "reduction_factor": 2,
+            }
+        },
+    }
+    (project / "sweep.yaml").write_text(json.dumps(sweep))
+    proc = run_snakemake(
+        project, "--profile", "profiles/slurm", "--group-components", "shards=2", "--configfile", "sweep.yaml"
+    )
+    out = proc.stdout + proc.stderr
+    groups = re.findall(r"submitted with SLURM jobid (\d+) \(log: \S*/group_shards", out)
+    trials = slurm_jobs_by_rule(out)["sweep_trial"]
+    assert len(groups) >= 2 and len(trials) == 6, (groups, trials)
+    for kind, jobs in (("featurise groups", groups), ("sweep trials", trials)):
+        nodes = set().union(*(hostnames(accounted(job)[job]["nodelist"]) for job in jobs))
+        assert nodes == {"node1", "node2"}, (kind, nodes)
+    assert json.loads((project / "results/sweeps/spread/rungs/rung1.json").read_text())["ranking"]
