@@ -14,7 +14,9 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+import yaml
 
+from snakedvc.live import read_progress
 from snakedvc.sweep import schedule, total_epochs
 from tests.conftest import (
     REPO,
@@ -91,9 +93,39 @@ def test_local_run_is_recorded_as_a_dvc_experiment(local_run: Path) -> None:
     assert "snakedvc" not in experiment["params"]
     assert experiment["metrics"]["valid_accuracy"] == pytest.approx(metrics["valid_accuracy"])
     assert experiment["metrics"]["test_accuracy"] == pytest.approx(metrics["test_accuracy"])
+    # Per-epoch curves in dvclive's folder, its summary in the experiment beside the metrics file's.
+    live = local_run / "results/live"
+    assert yaml.safe_load((live / "params.yaml").read_text())["epochs"] == 20
+    rows = pd.read_csv(live / "plots/metrics/train_loss.tsv", sep="\t")
+    assert rows["step"].tolist() == list(range(1, 21))
+    assert read_progress(live).epoch == 20
+    ((_, live_metrics),) = dvc_experiments(local_run, "results/live/metrics.json").items()
+    summary = live_metrics["metrics"]
+    assert summary["step"] == 20 and summary["test_accuracy"] == pytest.approx(metrics["test_accuracy"])
+    assert summary["valid_accuracy"] == pytest.approx(metrics["valid_accuracy"])
     # Up to date afterwards: a dry run plans nothing.
     again = run_snakemake(local_run, "-n", "--profile", LOCAL)
     assert "Nothing to be done" in again.stdout + again.stderr
+
+
+def test_dvc_plots_diff_renders_the_curves_of_two_experiments(local_run: Path, tmp_path: Path) -> None:
+    repo = tmp_path / "repo"
+    shutil.copytree(local_run, repo, symlinks=True)  # its first experiment included
+    run_snakemake(repo, "--profile", LOCAL, "--config", "train={epochs: 5, lr: 0.01}")
+    names = sorted(dvc_experiments(repo))
+    assert len(names) == 2, names
+    out = tmp_path / "plots"
+    dvc(repo, "plots", "diff", *names, "--out", str(out))
+    html = (out / "index.html").read_text()
+    for name in names:
+        assert name in html
+    # One curve per metric, each with both experiments' points: 20 epochs and 5.
+    shown = json.loads(dvc(repo, "plots", "diff", *names, "--json").stdout)
+    (curve,) = shown["data"]["results/live/plots/metrics/valid_accuracy.tsv"]
+    assert sorted(curve["revisions"]) == names
+    points = curve["content"]["data"]["values"]
+    steps = {name: sorted(int(point["step"]) for point in points if point["rev"] == name) for name in names}
+    assert sorted(map(len, steps.values())) == [5, 20], steps
 
 
 @pytest.mark.slurm
@@ -161,13 +193,32 @@ def test_sweep_halves_continues_and_records_every_trial(tmp_path: Path) -> None:
         assert exp["metrics"]["valid_accuracy"] == pytest.approx(summary.loc[trial["trial"], "valid_accuracy"])
         assert exp["metrics"]["best"] == int(trial["trial"] == best)
     assert (sweep / "report.dvc").is_file()
+    # A trial's dvclive folder holds all its epochs: those of earlier rungs came with the state it continued from.
+    curve = pd.read_csv(sweep / f"trials/{best}/rung2/live/plots/metrics/valid_accuracy.tsv", sep="\t")
+    assert curve["step"].tolist() == list(range(1, 9))
+    assert curve["valid_accuracy"].iloc[-1] == pytest.approx(summary.loc[best, "valid_accuracy"])
     # The winner's model in the report is the one its last rung trained.
     assert md5(sweep / f"report/trials/{best}/model.pt") == md5(sweep / f"trials/{best}/rung2/model.pt")
 
 
+def live_files(folder: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
 def test_sigterm_checkpoints_exits_75_and_the_rerun_resumes_bit_identically(tmp_path: Path) -> None:
+    # The reference run, watched from outside as it goes: dvclive's folder shows each epoch as it ends.
     reference = copy_example(tmp_path / "reference")
-    run_snakemake(reference, "--profile", LOCAL, *LONG_RUN)
+    running = subprocess.Popen(
+        [*SNAKEMAKE, "--profile", LOCAL, *LONG_RUN], cwd=reference, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
+    )
+    seen = []
+    while running.poll() is None:
+        progress = read_progress(reference / "results/live")
+        if progress is not None and (not seen or progress.epoch != seen[-1]):
+            seen.append(progress.epoch)
+        time.sleep(0.05)
+    assert running.returncode == 0, running.stdout.read().decode()[-3000:]
+    assert seen == sorted(seen) and len(seen) >= 5 and seen[-1] == 60, seen
 
     project = copy_example(tmp_path / "project")
     snakemake = subprocess.Popen(
@@ -202,4 +253,6 @@ def test_sigterm_checkpoints_exits_75_and_the_rerun_resumes_bit_identically(tmp_
     assert f"(SIGTERM checkpoint {checkpoint})" in resumed and "resumed from epoch" in resumed, resumed[:2000]
     assert md5(project / "results/model.pt") == md5(reference / "results/model.pt")
     assert (project / "results/metrics.json").read_text() == (reference / "results/metrics.json").read_text()
+    # dvclive's folder too: the epochs before the checkpoint came back from it, none twice.
+    assert live_files(project / "results/live") == live_files(reference / "results/live")
     assert not list(project.glob(".checkpoints/*/*.pt"))  # removed once training finished

@@ -28,6 +28,7 @@ ENVIRONMENTS = {
             *KIT["dependencies"],
             *KIT["optional-dependencies"]["engine"],
             *KIT["optional-dependencies"]["torch"],
+            *KIT["optional-dependencies"]["live"],
             *EXECUTOR["dependencies"],
         ],
     ),
@@ -35,7 +36,12 @@ ENVIRONMENTS = {
         ".venv-esol",
         "requirements/esol.lock.txt",
         "examples/esol/environment.yml",
-        [*KIT["dependencies"], *KIT["optional-dependencies"]["torch"], *ESOL["optional-dependencies"]["steps"]],
+        [
+            *KIT["dependencies"],
+            *KIT["optional-dependencies"]["torch"],
+            *KIT["optional-dependencies"]["live"],
+            *ESOL["optional-dependencies"]["steps"],
+        ],
     ),
 }
 

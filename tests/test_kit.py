@@ -57,10 +57,12 @@ def kit_names_used(path: Path) -> set[str]:
 
 
 def test_the_examples_use_the_kit_only_through_its_public_api() -> None:
+    import snakedvc.live
     import snakedvc.torch
 
     public = {f"snakedvc:{n}" for n in snakedvc.__all__} | {f"snakedvc.torch:{n}" for n in snakedvc.torch.__all__}
-    public.add("snakedvc:torch")  # the subpackage itself
+    public |= {f"snakedvc.live:{n}" for n in snakedvc.live.__all__}
+    public |= {"snakedvc:torch", "snakedvc:live"}  # the submodules themselves
     files = [*(REPO / "examples").rglob("*.py"), *(REPO / "workflow").rglob("*.smk"), REPO / "workflow" / "Snakefile"]
     files += [p for p in (REPO / "examples").rglob("Snakefile")]
     used: dict[str, set[str]] = {str(f.relative_to(REPO)): kit_names_used(f) - public for f in files}
@@ -71,7 +73,8 @@ def test_the_examples_use_the_kit_only_through_its_public_api() -> None:
 def test_importing_the_kit_loads_neither_torch_nor_the_example() -> None:
     code = (
         "import sys, snakedvc, snakedvc.cli, snakedvc.launch, snakedvc.sweep, snakedvc.tracking, snakedvc.workflow\n"
-        "print(sorted(m for m in ('torch', 'esol', 'molflux', 'rdkit') if m in sys.modules))"
+        "import snakedvc.runs, snakedvc.live\n"
+        "print(sorted(m for m in ('torch', 'esol', 'molflux', 'rdkit', 'dvclive') if m in sys.modules))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"

@@ -1,7 +1,7 @@
 """Train a small MLP on the digits splits that prepare.py wrote; report valid and test accuracy.
 
     python train.py --hparams '{"epochs": 20, "lr": 0.003, ...}' --data results/data/digits.npz \
-        --model results/model.pt --metrics results/metrics.json
+        --model results/model.pt --metrics results/metrics.json --live results/live
 
 Resumable: a checkpoint after every epoch, and on SIGTERM (SLURM's warning before the time
 limit, scancel, preemption) one at the current step, then exit 75. The same command run again
@@ -21,6 +21,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 
+from snakedvc.live import EpochLog
 from snakedvc.torch import EXIT_CHECKPOINTED, Resumable, TrainingStopped, add_resume_arguments
 
 log = logging.getLogger("digits")
@@ -32,6 +33,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--data", required=True, help="the .npz file prepare.py wrote")
     parser.add_argument("--model", required=True, help="where to write the trained weights")
     parser.add_argument("--metrics", required=True, help="where to write the accuracies (JSON)")
+    parser.add_argument("--live", required=True, help="dvclive folder: hyperparameters and per-epoch metrics")
     add_resume_arguments(parser)  # --checkpoint-dir, --continue-from, --final-state
     return parser.parse_args()
 
@@ -68,7 +70,11 @@ def train(args: argparse.Namespace) -> None:
 
     # Checkpoints are keyed by the hyperparameters and the data's bytes: other ones never resume from them.
     resume = Resumable.from_args(args, hp, inputs=[args.data])
-    start = resume.load(model, optimizer, first_epoch=1)  # the newest checkpoint, if any
+    # Per-epoch metrics in dvclive's files, written by process 0 as each epoch ends; the epochs
+    # logged so far travel in the checkpoint, so a resumed run's folder is a straight run's.
+    live = EpochLog(args.live, main=rank == 0, params=hp)
+    start = resume.load(model, optimizer, extra=lambda: {"live": live.rows}, first_epoch=1)  # the newest checkpoint
+    live.restore(start.extra.get("live", []))
     net = nn.parallel.DistributedDataParallel(model) if world > 1 else model
     for epoch in range(start.epoch, hp["epochs"] + 1):
         # The batch order is a pure function of (seed, epoch), the same on every process: a resume replays it.
@@ -85,6 +91,7 @@ def train(args: argparse.Namespace) -> None:
         _, valid_accuracy = evaluate(model, X["valid"], y["valid"])
         if rank == 0:
             log.info("epoch %d train_loss %.4f valid_accuracy %.4f", epoch, train_loss, valid_accuracy)
+        live.epoch(epoch, train_loss=train_loss, valid_accuracy=valid_accuracy)
         resume.save()
     resume.finish()  # the final state (--final-state) for a longer run to continue from; checkpoints removed
 
@@ -98,6 +105,7 @@ def train(args: argparse.Namespace) -> None:
         with open(args.metrics, "w") as handle:
             json.dump(metrics, handle, indent=2, sort_keys=True)
         log.info("valid accuracy %.4f, test accuracy %.4f", metrics["valid_accuracy"], metrics["test_accuracy"])
+        live.finish(test_accuracy=metrics["test_accuracy"])
 
 
 def main() -> int:

@@ -21,7 +21,8 @@ In a step a rule runs
 
 On the command line: ``snakedvc launch -- COMMAND`` (1 process, torchrun, srun + torchrun),
 ``snakedvc restore NAME``, ``snakedvc submit`` (a detached run pinned to the code as it is;
-``runs``, ``logs``, ``cancel``, ``resume``, ``clean``). In a training loop: ``snakedvc.torch`` (the ``torch`` extra).
+``runs``, ``logs``, ``cancel``, ``resume``, ``clean``). In a training loop: ``snakedvc.torch`` (the ``torch`` extra),
+``snakedvc.live.EpochLog`` (per-epoch metrics through dvclive on rank 0; the ``live`` extra).
 """
 
 from snakedvc.config import ConfigError, validate_config

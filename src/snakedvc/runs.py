@@ -42,6 +42,7 @@ from typing import Any
 import yaml
 
 from snakedvc.io import atomic_path
+from snakedvc.live import Progress, find_logs, read_progress
 from snakedvc.tracking import validate_experiment_name
 
 RUNS_DIR = Path(".snakedvc") / "runs"
@@ -527,12 +528,22 @@ def _read(path: Path) -> str:
         return ""
 
 
+def training_progress(run: Run, limit: int = 5) -> list[Progress]:
+    """The run's trainings as their dvclive folders say (snakedvc.live), most recently written first."""
+    if not run.workspace.is_dir():
+        return []
+    found = (read_progress(folder) for folder in find_logs(run.workspace))
+    return [p for p in found if p is not None][:limit]
+
+
 def describe(run: Run) -> dict[str, Any]:
     done = progress(run)
+    state = current_state(run)
+    training = training_progress(run) if state in ACTIVE_STATES else []
     return {
         "id": run.id,
         "name": run.name,
-        "state": current_state(run),
+        "state": state,
         "jobs": f"{done[0]}/{done[1]}" if done else "-",
         "slurm_jobs": slurm_jobs(run),
         "controller": (
@@ -540,20 +551,36 @@ def describe(run: Run) -> dict[str, Any]:
         ),
         "started": dt.datetime.fromtimestamp(run.created).strftime("%Y-%m-%d %H:%M:%S"),
         "experiments": run.experiments,
+        # Live progress of a running run's trainings: folder (in its workspace), epoch, latest metrics.
+        "training": [
+            {
+                "log": str(p.directory.relative_to(run.workspace)),
+                "epoch": p.epoch,
+                "metrics": p.metrics,
+                "updated": p.updated,
+                "summary": p.describe(),
+            }
+            for p in training
+        ],
     }
 
 
 def format_runs(runs: Sequence[Run]) -> str:
     header = ("RUN", "NAME", "STATE", "JOBS", "STARTED", "CONTROLLER", "SLURM JOBS", "EXPERIMENT")
     rows = [header]
-    for run in runs:
-        d = describe(run)
+    described = [describe(run) for run in runs]
+    for d in described:
         rows.append((
             d["id"], d["name"], d["state"], d["jobs"], d["started"], d["controller"],
             ",".join(d["slurm_jobs"][-5:]) or "-", ",".join(d["experiments"]) or "-",
         ))  # fmt: skip
     widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
-    return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip() for row in rows)
+    lines = ["  ".join(cell.ljust(w) for cell, w in zip(rows[0], widths, strict=True)).rstrip()]
+    for row, d in zip(rows[1:], described, strict=True):
+        lines.append("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip())
+        # Under a running run: each training's latest epoch, read from its dvclive folder.
+        lines += [f"    {t['log']}: {t['summary']}" for t in d["training"]]
+    return "\n".join(lines)
 
 
 def follow(path: Path, run: Run, poll: float = 1.0) -> Iterator[str]:

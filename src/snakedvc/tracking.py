@@ -166,11 +166,12 @@ def changed_dvc_files(root: Path | str = ".") -> list[str]:
 def experiment_files(config: dict[str, Any], root: Path | str = ".") -> list[str]:
     """What the experiment commit holds: changed .dvc files, the effective params, the configured results.
 
-    A configured metrics file or file that the run did not produce is an error, not a silent save.
+    A configured metrics file or file (or folder) that the run did not produce is an error, not a silent save.
     """
     settings = experiment_settings(config)
     wanted = [*settings["metrics"], *settings["files"]]
-    missing = [name for name in wanted if not (Path(root) / name).is_file()]
+    missing = [name for name in settings["metrics"] if not (Path(root) / name).is_file()]
+    missing += [name for name in settings["files"] if not (Path(root) / name).exists()]
     if missing:
         raise TrackingError(
             f"experiment not saved: the run did not produce {', '.join(missing)} "
