@@ -165,11 +165,28 @@ def test_local_runs_are_pinned_to_their_submit_and_outlive_the_submitting_shell(
 
 @pytest.mark.slow
 def test_cancelling_a_local_run_stops_it_and_saves_no_experiment(repo: Path) -> None:
-    run_id = submit(repo, "--name", "doomed", "--", *SMALL_RUN, "train={max_epochs: 500, hidden_sizes: [32]}")
+    run_id = submit(
+        repo, "--name", "doomed", "--", *SMALL_RUN, "train={max_epochs: 500, patience: 1000, hidden_sizes: [32]}"
+    )
     deadline = time.monotonic() + 120
     while "rule train" not in snakedvc(repo, "logs", run_id).stdout:
         assert time.monotonic() < deadline, snakedvc(repo, "logs", run_id).stdout[-3000:]
         time.sleep(1)
+    # The run list shows the running training's latest epoch, read from its dvclive folder, growing.
+    epochs: list[int] = []
+    while len(set(epochs)) < 3:
+        assert time.monotonic() < deadline, snakedvc(repo, "runs").stdout
+        training = runs(repo)[run_id]["training"]
+        if training:
+            (live,) = training
+            assert live["log"] == "results/model/live" and set(live["metrics"]) >= {"train_loss", "valid_rmse"}
+            epochs.append(live["epoch"])
+        time.sleep(0.5)
+    assert epochs == sorted(epochs), epochs
+    listed = snakedvc(repo, "runs").stdout
+    assert re.search(
+        r"\n    results/model/live: epoch \d+ train_loss [\d.]+ valid_loss [\d.]+ \(\d+ s ago\)", listed
+    ), listed
     pid = json.loads((repo / ".snakedvc/runs" / run_id / "run.json").read_text())["controller_pid"]
     assert "cancelled run" in snakedvc(repo, "cancel", run_id).stdout
     assert runs(repo)[run_id]["state"] == "cancelled"

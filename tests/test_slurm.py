@@ -21,7 +21,8 @@ COMPARED = [
     "results/features/valid.npz",
     "results/features/test.npz",
     "results/model/model.pt",
-    "results/model/history.csv",
+    "results/model/live/metrics.json",
+    "results/model/live/plots/metrics/valid_rmse.tsv",
     "results/metrics.json",
     "results/predictions.csv",
 ]

@@ -182,7 +182,7 @@ def test_cli_exits_75_on_sigterm_and_its_rerun_resumes(data, tmp_path: Path) -> 
     command = [
         sys.executable, "-m", "esol", "train", "--log", str(log), "--params", json.dumps(params),
         "--train", str(paths["train"]), "--valid", str(paths["valid"]), "--model", str(out / "model.pt"),
-        "--history", str(out / "history.csv"), "--checkpoint-dir", str(tmp_path / "ckpt"),
+        "--live", str(out / "live"), "--checkpoint-dir", str(tmp_path / "ckpt"),
     ]  # fmt: skip
     proc = subprocess.Popen(command, env=venv_env(), stdout=subprocess.PIPE)
     wait_for(log, "epoch 3 ", proc)
@@ -212,7 +212,7 @@ def test_sigterm_to_two_torchrun_processes_then_resume(data, tmp_path: Path) -> 
         return [
             sys.executable, "-m", "snakedvc", "launch", "--log", str(out / "train.log"), "--procs-per-node", "2",
             "--", "python", "-m", "esol", "train", "--params", json.dumps(params), "--train", str(paths["train"]), "--valid", str(paths["valid"]),
-            "--model", str(out / "model.pt"), "--history", str(out / "history.csv"),
+            "--model", str(out / "model.pt"), "--live", str(out / "live"),
             "--checkpoint-dir", str(out / "ckpt"),
         ]  # fmt: skip
 
@@ -238,4 +238,10 @@ def test_sigterm_to_two_torchrun_processes_then_resume(data, tmp_path: Path) -> 
     ref = torch.load(reference / "model.pt", weights_only=True)["state_dict"]
     res = torch.load(interrupted / "model.pt", weights_only=True)["state_dict"]
     assert all(torch.equal(ref[k], res[k]) for k in ref)
-    assert (reference / "history.csv").read_text() == (interrupted / "history.csv").read_text()
+    # dvclive's folder as a straight run's: the epochs before the checkpoint restored from it, none twice.
+    assert folder_bytes(reference / "live") == folder_bytes(interrupted / "live")
+    assert len((reference / "live/plots/metrics/valid_rmse.tsv").read_text().splitlines()) == 1 + 40
+
+
+def folder_bytes(folder: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}

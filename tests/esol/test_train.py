@@ -11,8 +11,9 @@ from esol.config import FeaturiseConfig, SplitConfig, TrainConfig
 from esol.data import read_molecules, split_molecules
 from esol.evaluate import predict, regression_metrics
 from esol.features import FeatureSet, featurise_table
-from esol.model import load_model
-from esol.train import epoch_order, save_result, train_model
+from esol.model import load_model, save_model
+from esol.train import epoch_order, train_model
+from snakedvc.live import EpochLog
 from snakedvc.torch.checkpoint import load_state, save_state
 from tests.conftest import REPO
 
@@ -28,14 +29,16 @@ def esol_features() -> dict[str, FeatureSet]:
 
 
 def test_same_config_gives_bitwise_identical_weights(esol_features, tmp_path: Path) -> None:
-    a = train_model(esol_features["train"], esol_features["valid"], SMALL)
-    b = train_model(esol_features["train"], esol_features["valid"], SMALL)
+    a = train_model(esol_features["train"], esol_features["valid"], SMALL, live=EpochLog(tmp_path / "a"))
+    b = train_model(esol_features["train"], esol_features["valid"], SMALL, live=EpochLog(tmp_path / "b"))
     for name, tensor in a.model.state_dict().items():
         assert torch.equal(tensor, b.model.state_dict()[name]), name
-    save_result(a, tmp_path / "a.pt", tmp_path / "a.csv")
-    save_result(b, tmp_path / "b.pt", tmp_path / "b.csv")
+    save_model(tmp_path / "a.pt", a.model, a.meta)
+    save_model(tmp_path / "b.pt", b.model, b.meta)
     assert (tmp_path / "a.pt").read_bytes() == (tmp_path / "b.pt").read_bytes()
-    assert (tmp_path / "a.csv").read_text() == (tmp_path / "b.csv").read_text()
+    # dvclive's per-epoch files too: the same numbers, written the same way.
+    curves = [sorted((p.name, p.read_bytes()) for p in (tmp_path / run).rglob("*.tsv")) for run in "ab"]
+    assert curves[0] == curves[1] and len(curves[0]) == 3
 
 
 def test_different_seed_gives_different_weights(esol_features) -> None:
@@ -63,7 +66,7 @@ def test_early_stopping_keeps_best_epoch(esol_features) -> None:
 
 def test_saved_model_predicts_like_trained_one(esol_features, tmp_path: Path) -> None:
     result = train_model(esol_features["train"], esol_features["valid"], SMALL)
-    save_result(result, tmp_path / "m.pt", tmp_path / "h.csv")
+    save_model(tmp_path / "m.pt", result.model, result.meta)
     model, meta = load_model(tmp_path / "m.pt")
     test = esol_features["test"]
     expected = predict(result.model, result.meta, test.X)
@@ -93,7 +96,7 @@ def test_descriptor_features_are_standardised_in_training_and_in_prediction(tmp_
     x_mean = result.meta["x_mean"].numpy()
     finite = np.where(np.isfinite(feats["train"].X), feats["train"].X, np.nan).astype(np.float64)
     np.testing.assert_allclose(x_mean, np.nan_to_num(np.nanmean(finite, axis=0)))
-    save_result(result, tmp_path / "m.pt", tmp_path / "h.csv")
+    save_model(tmp_path / "m.pt", result.model, result.meta)
     model, meta = load_model(tmp_path / "m.pt")
     raw = predict(model, meta, feats["test"].X)
     assert np.array_equal(raw, predict(result.model, result.meta, feats["test"].X))

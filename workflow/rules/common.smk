@@ -44,7 +44,7 @@ def tracked_outputs():
         config,
         rules.split.output,
         features,
-        [rules.train.output.model, rules.train.output.history],
+        rules.train.output.model,
     )
 
 

@@ -1,13 +1,11 @@
 rule evaluate:
     input:
         model="results/model/model.pt",
-        history="results/model/history.csv",
         test="results/features/test.npz",
     output:
         metrics="results/metrics.json",
         predictions="results/predictions.csv",
         parity="results/plots/parity.png",
-        loss_curve="results/plots/loss.csv",
     params:
         python=config["python"],
     log:
@@ -20,7 +18,5 @@ rule evaluate:
         runtime=res("default", "runtime"),
     shell:
         "{params.python:q} -m esol evaluate --log {log:q} --model {input.model:q} --test {input.test:q}"
-        " --history {input.history:q} --metrics {output.metrics:q}"
-        " --predictions {output.predictions:q} --parity {output.parity:q}"
-        " --loss-curve {output.loss_curve:q}"
+        " --metrics {output.metrics:q} --predictions {output.predictions:q} --parity {output.parity:q}"
 

@@ -45,7 +45,8 @@ use rule train as sweep_trial with:
         valid=lambda w: sweep_features(w.trial, "valid"),
         previous=SWEEP.previous_state,
     output:
-        **SWEEP.outputs(model="model.pt", history="history.csv"),
+        **SWEEP.outputs(model="model.pt"),
+        live=directory(SWEEP.trial_file("live")),
     params:
         cfg=SWEEP.section("train"),
         trial=SWEEP.trial_args("--resume-from", "--state-out", metrics_flag="--result"),
@@ -58,13 +59,11 @@ use rule train as sweep_trial with:
 rule sweep_evaluate:
     input:
         model=SWEEP.best("model.pt"),
-        history=SWEEP.best("history.csv"),
         test=lambda w: sweep_features(SWEEP.best_trial(), "test"),
     output:
         metrics=f"{SWEEP.root}/final/metrics.json",
         predictions=f"{SWEEP.root}/final/predictions.csv",
         parity=f"{SWEEP.root}/final/parity.png",
-        loss_curve=f"{SWEEP.root}/final/loss.csv",
     params:
         python=config["python"],
     log:
@@ -77,6 +76,4 @@ rule sweep_evaluate:
         runtime=res("default", "runtime"),
     shell:
         "{params.python:q} -m esol evaluate --log {log:q} --model {input.model:q} --test {input.test:q}"
-        " --history {input.history:q} --metrics {output.metrics:q}"
-        " --predictions {output.predictions:q} --parity {output.parity:q}"
-        " --loss-curve {output.loss_curve:q}"
+        " --metrics {output.metrics:q} --predictions {output.predictions:q} --parity {output.parity:q}"

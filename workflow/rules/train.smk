@@ -4,7 +4,8 @@ rule train:
         valid="results/features/valid.npz",
     output:
         model="results/model/model.pt",
-        history="results/model/history.csv",
+        # dvclive's folder (snakedvc.live): every epoch's losses, readable while the job runs.
+        live=directory("results/model/live"),
     log:
         "logs/train.log",
     benchmark:
@@ -28,4 +29,4 @@ rule train:
     shell:
         "exec {params.python:q} -m snakedvc launch --log {log:q} --nodes {params.nodes} --procs-per-node {params.procs}"
         " -- {params.python:q} -m esol train --params {params.cfg:q} --train {input.train:q} --valid {input.valid:q}"
-        " --model {output.model:q} --history {output.history:q} {params.trial}"
+        " --model {output.model:q} --live {output.live:q} {params.trial}"

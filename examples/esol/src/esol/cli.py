@@ -92,7 +92,9 @@ def cmd_train(args: argparse.Namespace) -> None:
     from esol.config import TrainConfig, section
     from esol.errors import TrainingDivergedError
     from esol.features import load_features
-    from esol.train import save_result, train_model, write_trial_metrics
+    from esol.model import save_model
+    from esol.train import best_metrics, train_model, write_trial_metrics
+    from snakedvc.live import EpochLog
     from snakedvc.torch import Resumable, session
 
     params = _params(args)
@@ -102,8 +104,10 @@ def cmd_train(args: argparse.Namespace) -> None:
         args, params, [args.train, args.valid], keep=cfg.checkpoint_keep, keep_checkpoints=cfg.keep_checkpoints
     )
     with session() as ctx:
+        # Every epoch's losses in dvclive's files (rank 0), readable while the job runs.
+        live = EpochLog(args.live, main=ctx.is_main, params=params)
         try:
-            result = train_model(load_features(args.train), load_features(args.valid), cfg, ctx, resume)
+            result = train_model(load_features(args.train), load_features(args.valid), cfg, ctx, resume, live=live)
         except TrainingDivergedError as error:
             # A sweep trial that diverges failed on its own values: that is its result (excluded
             # from promotion, the sweep goes on). Any other error fails the job.
@@ -113,21 +117,21 @@ def cmd_train(args: argparse.Namespace) -> None:
                 log.error("trial failed: %s", error)
                 write_trial_metrics(args.result, error=str(error))
                 # Snakemake wants every declared output; the kit reads only the error.
-                for path in (args.model, args.history, args.final_state):
+                for path in (args.model, args.final_state):
                     if path:
                         Path(path).touch()
+                live.finish()
             return
         if not ctx.is_main:
             return
-        save_result(result, args.model, args.history)
+        save_model(args.model, result.model, result.meta)
+        live.finish(**best_metrics(result.history))
         log.info("best epoch %d; model -> %s", result.best_epoch, args.model)
         if args.result:
             write_trial_metrics(args.result, result.history, result.epochs_trained)
 
 
 def cmd_evaluate(args: argparse.Namespace) -> None:
-    import shutil
-
     from esol.evaluate import parity_plot, predict, regression_metrics, write_metrics, write_predictions
     from esol.features import load_features
     from esol.model import load_model
@@ -139,7 +143,6 @@ def cmd_evaluate(args: argparse.Namespace) -> None:
     write_metrics(metrics, args.metrics)
     write_predictions(test, y_pred, args.predictions)
     parity_plot(test.y, y_pred, metrics, args.parity)
-    shutil.copyfile(args.history, args.loss_curve)
     log.info("test RMSE %.4f MAE %.4f R2 %.4f (n=%d)", metrics["rmse"], metrics["mae"], metrics["r2"], metrics["n"])
 
 
@@ -193,7 +196,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--train", required=True)
     p.add_argument("--valid", required=True)
     p.add_argument("--model", required=True)
-    p.add_argument("--history", required=True)
+    p.add_argument("--live", required=True, help="dvclive folder: params and every epoch's losses (rank 0)")
     # --checkpoint-dir, and the sweep's --resume-from (a previous rung's final state) and --state-out.
     add_resume_arguments(
         p, checkpoint_dir=".checkpoints/train", continue_from="--resume-from", final_state="--state-out"
@@ -204,14 +207,12 @@ def build_parser() -> argparse.ArgumentParser:
         "a trial that diverges writes its error there and exits 0",
     )
 
-    p = step("evaluate", cmd_evaluate, "test metrics, predictions, parity plot, loss curve")
+    p = step("evaluate", cmd_evaluate, "test metrics, predictions, parity plot")
     p.add_argument("--model", required=True)
     p.add_argument("--test", required=True)
-    p.add_argument("--history", required=True)
     p.add_argument("--metrics", required=True)
     p.add_argument("--predictions", required=True)
     p.add_argument("--parity", required=True)
-    p.add_argument("--loss-curve", required=True)
 
     return parser
 

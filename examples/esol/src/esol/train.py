@@ -26,8 +26,9 @@ from esol.config import TrainConfig
 from esol.data import DataError
 from esol.errors import TrainingDivergedError
 from esol.features import FeatureSet, apply_scaling, fit_scaling
-from esol.model import MLP, dropout_masks, save_model
+from esol.model import MLP, dropout_masks
 from snakedvc import atomic_path
+from snakedvc.live import EpochLog
 from snakedvc.torch import DistContext, Resumable, StopRequest, all_sum
 
 log = logging.getLogger(__name__)
@@ -83,11 +84,14 @@ def train_model(
     ctx: DistContext | None = None,
     resume: Resumable | None = None,
     initial: dict[str, Any] | None = None,
+    live: EpochLog | None = None,
 ) -> TrainResult:
     """Train; ``resume`` checkpoints, stops on request and resumes (see snakedvc.torch.Resumable).
 
     Without one, nothing is checkpointed and ``initial``, the ``final_state`` of an earlier,
     shorter run of the same trial (an earlier rung of a sweep), is where training continues.
+    ``live`` receives every epoch's losses (dvclive's files, rank 0), those of a resumed or
+    continued state first.
     """
     ctx = ctx or (resume.ctx if resume else DistContext())
     if len(train) == 0:
@@ -142,6 +146,8 @@ def train_model(
         rows = [tuple(r) for r in state["history"]]
         stopped_early = bool(state.get("stopped_early", False))
     rows_at_start = len(rows)
+    if live is not None:
+        live.restore(epoch_metrics(row) for row in rows)
 
     net: nn.Module = model
     if ctx.distributed:
@@ -174,6 +180,8 @@ def train_model(
         valid_loss = valid_sse / len(valid) if len(valid) else train_loss
         valid_rmse = math.sqrt(valid_loss) * y_std
         rows.append((epoch, train_loss, valid_loss, valid_rmse))
+        if live is not None:
+            live.epoch(epoch, **epoch_metrics(rows[-1])[1])
         if ctx.is_main:
             log.info(
                 "epoch %d train_loss %.4f valid_loss %.4f valid_rmse %.4f", epoch, train_loss, valid_loss, valid_rmse
@@ -222,14 +230,16 @@ def train_model(
     )
 
 
-def write_history(history: pd.DataFrame, path: str | Path) -> None:
-    with atomic_path(path) as tmp:
-        history.to_csv(tmp, index=False, float_format="%.6g")
+def epoch_metrics(row: tuple[int, float, float, float] | list[Any]) -> tuple[int, dict[str, float]]:
+    """A history row as (epoch, metrics) for snakedvc.live.EpochLog."""
+    epoch, *values = row
+    return int(epoch), dict(zip(HISTORY_COLUMNS[1:], map(float, values), strict=True))
 
 
-def save_result(result: TrainResult, model_path: str | Path, history_path: str | Path) -> None:
-    save_model(model_path, result.model, result.meta)
-    write_history(result.history, history_path)
+def best_metrics(history: pd.DataFrame) -> dict[str, float]:
+    """The best epoch's validation figures, for the end of dvclive's summary."""
+    best = history.loc[history["valid_loss"].idxmin()]
+    return {"best_epoch": int(best["epoch"]), "best_valid_rmse": float(best["valid_rmse"])}
 
 
 def write_trial_metrics(
