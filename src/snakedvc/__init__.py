@@ -18,6 +18,8 @@ In a step a rule runs
 - ``log_to(path)``: stderr and logging into the rule's ``log:`` file, first thing.
 - ``atomic_path(path)``: write an output to a temporary file renamed into place on success,
   so a failed step never leaves a half-written output.
+- ``progress(items, total=, desc=, unit=, weight=)``: a tqdm bar at a terminal, plain lines in
+  a log file or a SLURM job.
 
 On the command line: ``snakedvc launch -- COMMAND`` (1 process, torchrun, srun + torchrun),
 ``snakedvc restore NAME``, ``snakedvc submit`` (a detached run pinned to the code as it is;
@@ -28,6 +30,7 @@ On the command line: ``snakedvc launch -- COMMAND`` (1 process, torchrun, srun +
 from snakedvc.config import ConfigError, validate_config
 from snakedvc.io import atomic_path
 from snakedvc.logs import log_to
+from snakedvc.progressbar import progress
 from snakedvc.sweep import plan as sweep_plan
 from snakedvc.tracking import finish_run
 from snakedvc.workflow import configure, module_path, tracked, training_resources
@@ -40,6 +43,7 @@ __all__ = [
     "finish_run",
     "log_to",
     "module_path",
+    "progress",
     "sweep_plan",
     "tracked",
     "training_resources",

@@ -162,3 +162,23 @@ def test_scaling_standardises_descriptors_and_leaves_fingerprints_alone() -> Non
     assert scaled[2, 1] == 0.0 and scaled[0, 2] == 0.0  # inf and NaN become the mean
     assert np.isfinite(scaled).all()
     assert apply_scaling(np.array([[1e9, 200.0, 6.0]], dtype=np.float32), mean, std)[0, 0] == 10.0  # clipped
+
+
+def test_featurise_logs_its_progress_as_plain_lines(tmp_path: Path) -> None:
+    """In a rule (stderr is the log file) the progress is a line, not a bar: done, n of the shard's rows."""
+    import json
+    import subprocess
+    import sys
+
+    split = tmp_path / "train.csv"
+    table(["CCO", "c1ccccc1O", "CC(=O)O", "CCN", "CCCl", "CC=O"]).to_csv(split, index=False)
+    log = tmp_path / "featurise.log"
+    command = [
+        sys.executable, "-m", "esol", "featurise", "--log", str(log), "--params", json.dumps({"chunk_size": 2}),
+        "--input", str(split), "--output", str(tmp_path / "train.npz"), "--rejects", str(tmp_path / "rejects.csv"),
+        "--shard", "1", "--shards", "2",
+    ]  # fmt: skip
+    subprocess.run(command, check=True, timeout=300)
+    text = log.read_text()
+    assert f"featurise {split} shard 2/2: done, 3/3 molecules (100.0%) in " in text, text
+    assert "\r" not in text

@@ -29,6 +29,7 @@ import pandas as pd
 from esol.arrays import NpzWriter, iter_array_chunks, load_arrays, save_arrays
 from esol.config import FeaturiseConfig
 from esol.rdkit_quiet import quiet_rdkit
+from snakedvc import progress
 
 log = logging.getLogger(__name__)
 
@@ -277,9 +278,18 @@ def featurise_file(
     start, stop = (0, None) if shards == 1 else shard_bounds(count_rows(input_csv), shard, shards)
     n_input, width = 0, None
     rejects = []
+    where = f"featurise {input_csv}" + (f" shard {shard + 1}/{shards}" if shards > 1 else "")
+    # A bar for a person at a terminal (a million molecules take a while); plain lines in a rule's log.
+    chunks = progress(
+        read_chunks(input_csv, start, stop, chunk_size),
+        total=None if stop is None else stop - start,
+        desc=where,
+        unit="molecules",
+        weight=len,
+    )
     with NpzWriter(output) as writer:
         _declare_features(writer, cfg)
-        for table in read_chunks(input_csv, start, stop, chunk_size):
+        for table in chunks:
             chunk = featurise_chunk(table, cfg)
             write_feature_arrays(writer, chunk)
             n_input += len(table)
