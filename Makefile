@@ -7,10 +7,11 @@ BIN := $(VENV)/bin
 STEP_BIN := .venv-esol/bin
 SNAKEMAKE := $(BIN)/snakemake
 
-.PHONY: help setup run run-slurm digits test test-fast lint dag bench clean cluster-up cluster-down
+.PHONY: help setup run run-slurm digits test test-fast lint dag bench browser clean cluster-up cluster-down
 
 help:
-	@echo "make run        set up .venv (engine) and .venv-esol (steps), run the pipeline locally (profiles/local)"
+	@echo "make run        set up .venv (engine) and .venv-esol (steps), run the pipeline locally (profiles/local),"
+	@echo "                then write its report, results/report.html"
 	@echo "make test       set up and run every test, the real-SLURM ones included"
 	@echo "make test-fast  unit tests only (no SLURM, no whole-workflow runs)"
 	@echo "make run-slurm  run the pipeline through profiles/slurm (needs a cluster: make cluster-up)"
@@ -24,6 +25,7 @@ setup:
 
 run: setup
 	$(SNAKEMAKE) --profile profiles/local
+	$(BIN)/snakedvc report
 
 run-slurm: setup
 	$(SNAKEMAKE) --profile profiles/slurm
@@ -31,7 +33,7 @@ run-slurm: setup
 digits: setup
 	cd examples/digits && ../../$(SNAKEMAKE) --profile ../../profiles/local
 
-test: setup cluster-up
+test: setup cluster-up browser
 	$(STEP_BIN)/python -m pytest tests/esol
 	$(BIN)/python -m pytest
 
@@ -55,6 +57,10 @@ dag: setup
 	$(SNAKEMAKE) --dag --quiet all | dot -Tsvg > $(DAG_DIR)/dag.svg
 	$(SNAKEMAKE) --rulegraph --quiet all | dot -Tsvg > $(DAG_DIR)/rulegraph.svg
 	@echo "wrote $(DAG_DIR)/dag.svg $(DAG_DIR)/rulegraph.svg"
+
+# The report tests open pages in a real headless Chromium; the report draws the DAG with graphviz.
+browser:
+	@scripts/ensure-apt chromium graphviz
 
 bench: setup cluster-up
 	scripts/bench

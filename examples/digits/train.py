@@ -14,6 +14,7 @@ import json
 import logging
 import os
 import sys
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -32,7 +33,11 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--hparams", type=json.loads, required=True, help="the config's train section, as JSON")
     parser.add_argument("--data", required=True, help="the .npz file prepare.py wrote")
     parser.add_argument("--model", required=True, help="where to write the trained weights")
-    parser.add_argument("--metrics", required=True, help="where to write the accuracies (JSON)")
+    parser.add_argument(
+        "--metrics",
+        required=True,
+        help="where to write the accuracies (JSON); the test confusion matrix goes beside it",
+    )
     parser.add_argument("--live", required=True, help="dvclive folder: hyperparameters and per-epoch metrics")
     add_resume_arguments(parser)  # --checkpoint-dir, --continue-from, --final-state
     return parser.parse_args()
@@ -44,6 +49,33 @@ def evaluate(model: nn.Module, X: torch.Tensor, y: torch.Tensor) -> tuple[float,
     with torch.no_grad():
         logits = model(X)
         return F.cross_entropy(logits, y).item(), (logits.argmax(1) == y).float().mean().item()
+
+
+def plot_confusion(model: nn.Module, X: torch.Tensor, y: torch.Tensor, path: Path) -> None:
+    """The test set's confusion matrix (true digit x predicted digit) as a PNG."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    model.eval()
+    with torch.no_grad():
+        predicted = model(X).argmax(1).cpu().numpy()
+    counts = np.zeros((10, 10), dtype=int)
+    np.add.at(counts, (y.cpu().numpy(), predicted), 1)
+    fig, ax = plt.subplots(figsize=(4.5, 4))
+    ax.imshow(counts, cmap="Blues")
+    for (i, j), n in np.ndenumerate(counts):
+        if n:
+            ax.text(
+                j, i, str(n), ha="center", va="center", fontsize=7, color="white" if n > counts.max() / 2 else "black"
+            )
+    ax.set(
+        xlabel="predicted digit", ylabel="true digit", xticks=range(10), yticks=range(10), title="Test confusion matrix"
+    )
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
 
 
 def train(args: argparse.Namespace) -> None:
@@ -104,6 +136,7 @@ def train(args: argparse.Namespace) -> None:
         }
         with open(args.metrics, "w") as handle:
             json.dump(metrics, handle, indent=2, sort_keys=True)
+        plot_confusion(model, X["test"], y["test"], Path(args.metrics).with_name("confusion.png"))
         log.info("valid accuracy %.4f, test accuracy %.4f", metrics["valid_accuracy"], metrics["test_accuracy"])
         live.finish(test_accuracy=metrics["test_accuracy"])
 

@@ -76,6 +76,18 @@ def cmd_sweep_report(args: argparse.Namespace) -> None:
     print(text)
 
 
+def cmd_report(args: argparse.Namespace) -> None:
+    from snakedvc.report import write_report
+
+    sweep = args.sweep
+    if sweep is None:  # the sweep's report folder, if the run was one sweep
+        found = sorted(Path(".").glob("results/sweeps/*/report/summary.csv"))
+        sweep = str(found[0].parent) if len(found) == 1 else None
+    snakemake_args = args.snakemake_args[1:] if args.snakemake_args[:1] == ["--"] else args.snakemake_args
+    path = write_report(".", args.out, args.title, snakemake_args, sweep)
+    print(f"report: {path}")
+
+
 def cmd_track(args: argparse.Namespace) -> None:
     from snakedvc.tracking import track
 
@@ -181,6 +193,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--leave-out", default="state.pt", help="file of a trial folder not copied (its state)")
     p.add_argument("--output", required=True, help="report directory")
     p.add_argument("decisions", nargs="+", help="every rung's decision file, in order")
+
+    p = step("report", cmd_report, "one self-contained HTML page of the run: metrics, curves, plots, DAG, resources")
+    p.add_argument("--out", default="results/report.html", help="where to write it (default results/report.html)")
+    p.add_argument("--title", default="", help="the page's title (default: the project folder's name)")
+    p.add_argument("--sweep", help="a sweep's report folder to include (default: the one under results/sweeps, if one)")
+    p.add_argument(
+        "snakemake_args", nargs=argparse.REMAINDER, help="-- then the run's config arguments, for its job DAG"
+    )
 
     p = step("track", cmd_track, "dvc add finished outputs (serialised; submit host only)")
     p.add_argument("paths", nargs="+")

@@ -1,0 +1,405 @@
+"""One HTML file per run (and per sweep) that a person opens: `snakedvc report`.
+
+What it shows, all read from files the run left (the project's dvc.yaml says which):
+the metrics files (a table; each value carries ``data-metric="<file>:<key>"``), every dvclive
+folder's curves, the plot images dvc.yaml lists (a parity plot, a confusion matrix), the job DAG
+(``snakemake --dag`` through graphviz), the resources each job used (Snakemake's benchmark files;
+on SLURM, sacct's elapsed time, CPU efficiency and MaxRSS of the jobs in Snakemake's last log),
+and for a sweep its rungs, every trial's curves and the winner.
+
+Self-contained: images are embedded as data URIs, the DAG as inline SVG, no script and nothing
+fetched, so it opens from a cluster's shared filesystem or an e-mail attachment without a network
+(``dvc plots show`` pages load Vega from a CDN; Snakemake's ``--report`` needs ``report()`` markup
+on each rule's outputs and renders them in a JavaScript app).
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime as dt
+import html
+import io
+import json
+import re
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from snakedvc.io import atomic_path
+from snakedvc.live import PLOTS_DIR, find_logs
+
+IMAGE_TYPES = {".png": "image/png", ".jpg": "image/jpeg", ".jpeg": "image/jpeg", ".svg": "image/svg+xml"}
+# Snakemake's SLURM executor: "Job 3 has been submitted with SLURM jobid 1234 (log: ...)."
+_SUBMITTED = re.compile(r"submitted with SLURM jobid (\d+)")
+
+
+@dataclass
+class Report:
+    title: str
+    metrics: dict[str, dict[str, Any]] = field(default_factory=dict)  # file -> flattened values
+    params: dict[str, Any] = field(default_factory=dict)
+    curves: list[tuple[str, bytes]] = field(default_factory=list)  # (caption, PNG)
+    images: list[tuple[str, str, bytes]] = field(default_factory=list)  # (path, MIME type, bytes)
+    dag_svg: str = ""
+    dag_note: str = ""
+    jobs: list[dict[str, Any]] = field(default_factory=list)
+    jobs_source: str = ""
+    sweep: str = ""  # the sweep section's HTML
+
+
+def flatten(value: Any, prefix: str = "") -> dict[str, Any]:
+    if isinstance(value, dict):
+        out: dict[str, Any] = {}
+        for key, inner in value.items():
+            out.update(flatten(inner, f"{prefix}.{key}" if prefix else str(key)))
+        return out
+    return {prefix: value}
+
+
+def read_structured(path: Path) -> Any:
+    text = path.read_text()
+    return json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
+
+
+def dvc_yaml_entries(root: Path) -> dict[str, list[Any]]:
+    path = root / "dvc.yaml"
+    data = yaml.safe_load(path.read_text()) if path.is_file() else {}
+    return {key: list((data or {}).get(key) or []) for key in ("params", "metrics", "plots")}
+
+
+def plot_image_paths(entries: Iterable[Any]) -> list[str]:
+    """The image files among dvc.yaml's plots (an entry is a path, or {path: options})."""
+    found = []
+    for entry in entries:
+        name = entry if isinstance(entry, str) else next(iter(entry), "") if isinstance(entry, dict) else ""
+        if Path(name).suffix.lower() in IMAGE_TYPES:
+            found.append(name)
+    return found
+
+
+def read_curves(folder: Path) -> dict[str, list[tuple[float, float]]]:
+    """A dvclive folder's per-step metrics: name -> [(step, value)]."""
+    curves = {}
+    for tsv in sorted((folder / PLOTS_DIR).rglob("*.tsv")):
+        lines = tsv.read_text().splitlines()
+        if not lines:
+            continue
+        header = lines[0].split("\t")
+        name = str(tsv.relative_to(folder / PLOTS_DIR).with_suffix(""))
+        step, value = header.index("step"), len(header) - 1
+        points = []
+        for line in lines[1:]:
+            cells = line.split("\t")
+            try:
+                points.append((float(cells[step]), float(cells[value])))
+            except (ValueError, IndexError):
+                continue
+        curves[name] = points
+    return curves
+
+
+def curves_png(series: dict[str, dict[str, list[tuple[float, float]]]], title: str, highlight: str = "") -> bytes:
+    """One panel per metric; each panel a line per series (a run, or a sweep's trials)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    names = sorted({name for curves in series.values() for name in curves})
+    fig, axes = plt.subplots(1, len(names), figsize=(4.2 * len(names), 3.2), squeeze=False)
+    for ax, name in zip(axes[0], names, strict=True):
+        for label, curves in sorted(series.items()):
+            points = curves.get(name) or []
+            if not points:
+                continue
+            xs, ys = zip(*points, strict=True)
+            bold = label == highlight
+            ax.plot(xs, ys, label=label, linewidth=2.4 if bold else 1.2, alpha=1.0 if bold or not highlight else 0.55)
+        ax.set_title(name)
+        ax.set_xlabel("epoch")
+        ax.grid(alpha=0.3)
+    if len(series) > 1:
+        axes[0][-1].legend(fontsize=7, loc="best")
+    fig.suptitle(title)
+    fig.tight_layout()
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=90)
+    plt.close(fig)
+    return buffer.getvalue()
+
+
+def benchmark_jobs(root: Path) -> list[dict[str, Any]]:
+    """Snakemake's benchmark files (each rule's `benchmark:`): wall time, CPU time, max RSS."""
+    jobs = []
+    for path in sorted((root / "logs" / "benchmarks").rglob("*.tsv")):
+        lines = path.read_text().splitlines()
+        if len(lines) < 2:
+            continue
+        row = dict(zip(lines[0].split("\t"), lines[-1].split("\t"), strict=False))
+        try:
+            seconds, cpu = float(row["s"]), float(row.get("cpu_time") or 0)
+        except (KeyError, ValueError):
+            continue
+        rss = row.get("max_rss", "")
+        jobs.append({
+            "job": str(path.relative_to(root / "logs" / "benchmarks").with_suffix("")),
+            "elapsed_s": seconds,
+            "cpu_s": cpu,
+            "max_rss": f"{float(rss):.0f} MB" if rss not in ("", "NA", "-") else "-",
+        })  # fmt: skip
+    return jobs
+
+
+def slurm_job_ids(log_text: str) -> list[str]:
+    return list(dict.fromkeys(_SUBMITTED.findall(log_text)))
+
+
+def sacct_jobs(job_ids: Sequence[str]) -> list[dict[str, Any]]:
+    """Per SLURM job: its rule (the plugin's --comment), elapsed, CPU efficiency, the largest MaxRSS of its steps."""
+    if not job_ids or shutil.which("sacct") is None:
+        return []
+    fields = "JobID,Comment,State,Elapsed,ElapsedRaw,TotalCPU,AllocCPUS,MaxRSS,NNodes"
+    proc = subprocess.run(
+        ["sacct", "-n", "-P", "--format", fields, "-j", ",".join(job_ids)],
+        capture_output=True,
+        text=True,
+    )
+    if proc.returncode != 0:
+        return []
+    jobs: dict[str, dict[str, Any]] = {}
+    for line in proc.stdout.splitlines():
+        cells = dict(zip(fields.split(","), line.split("|"), strict=False))
+        job, _, step = cells["JobID"].partition(".")
+        if not step:
+            jobs[job] = {
+                "job": f"{job} {cells['Comment'].removeprefix('rule_')}".strip(),
+                "state": cells["State"].split()[0] if cells["State"] else "",
+                "elapsed_s": float(cells["ElapsedRaw"] or 0),
+                "cpu_s": _seconds(cells["TotalCPU"]),
+                "cpus": int(cells["AllocCPUS"] or 0),
+                "nodes": cells["NNodes"],
+                "rss_kb": 0.0,
+            }
+        elif job in jobs:
+            jobs[job]["rss_kb"] = max(jobs[job]["rss_kb"], _kilobytes(cells["MaxRSS"]))
+    rows = []
+    for usage in jobs.values():
+        wall_cpu = usage["elapsed_s"] * max(usage["cpus"], 1)
+        rows.append({
+            "job": usage["job"], "state": usage["state"], "elapsed_s": usage["elapsed_s"], "cpu_s": usage["cpu_s"],
+            "cpu_efficiency": f"{usage['cpu_s'] / wall_cpu:.0%}" if wall_cpu else "-",
+            "max_rss": f"{usage['rss_kb'] / 1024:.0f} MB" if usage["rss_kb"] else "-", "nodes": usage["nodes"],
+        })  # fmt: skip
+    return rows
+
+
+def _seconds(text: str) -> float:
+    """sacct's [D-]HH:MM:SS(.fff) or MM:SS.fff."""
+    if not text:
+        return 0.0
+    days, _, rest = text.rpartition("-")
+    parts = [float(p) for p in rest.split(":")]
+    while len(parts) < 3:
+        parts.insert(0, 0.0)
+    return (float(days) if days else 0.0) * 86400 + parts[0] * 3600 + parts[1] * 60 + parts[2]
+
+
+def _kilobytes(text: str) -> float:
+    units = {"K": 1.0, "M": 1024.0, "G": 1024.0**2}
+    if not text:
+        return 0.0
+    if text[-1] in units:
+        return float(text[:-1]) * units[text[-1]]
+    return float(text) / 1024
+
+
+def job_dag_svg(root: Path, snakemake_args: Sequence[str]) -> tuple[str, str]:
+    """The run's job DAG as SVG (``snakemake --dag``, finished jobs dashed), or "" and why not."""
+    if shutil.which("dot") is None:
+        return "", "graphviz's dot is not installed (apt install graphviz): no DAG"
+    dag = subprocess.run(
+        [sys.executable, "-m", "snakemake", "--dag", "--nolock", "--quiet", "all", *snakemake_args],
+        cwd=root,
+        capture_output=True,
+        text=True,
+    )
+    start = dag.stdout.find("digraph")
+    if dag.returncode != 0 or start < 0:
+        return "", f"snakemake --dag failed: {(dag.stderr or dag.stdout).strip()[-500:]}"
+    svg = subprocess.run(["dot", "-Tsvg"], input=dag.stdout[start:], capture_output=True, text=True)
+    if svg.returncode != 0:
+        return "", f"dot failed: {svg.stderr.strip()[-500:]}"
+    text = svg.stdout
+    return text[text.find("<svg") :], ""
+
+
+def sweep_section(report_dir: Path) -> str:
+    """Rungs, every trial's curves (the winner bold), the summary table with the winner marked."""
+    import pandas as pd
+
+    summary = pd.read_csv(report_dir / "summary.csv")
+    plan = json.loads((report_dir / "plan.json").read_text())
+    best = summary.loc[summary["best"].astype(bool), "trial"].astype(str).tolist()
+    winner = best[0] if best else ""
+    series = {}
+    for folder in sorted((report_dir / "trials").glob("*/live")):
+        series[folder.parent.name] = read_curves(folder)
+    parts = [f'<h2 id="sweep">Sweep {html.escape(str(plan.get("name", "")))}</h2>']
+    parts.append(
+        f'<p>Winner: <strong data-sweep-winner="{html.escape(winner)}">{html.escape(winner) or "none"}</strong>; '
+        f"{len(summary)} trials, metric {html.escape(str(plan.get('metric', '')))} "
+        f"({html.escape(str(plan.get('direction', '')))}), {plan.get('total_epochs', '?')} epochs scheduled.</p>"
+    )
+    parts.append(_table(summary.to_dict("records"), highlight=("trial", winner)))
+    rungs = report_dir / "rungs.png"
+    if rungs.is_file():
+        parts.append(_figure(rungs.read_bytes(), "image/png", "Rungs: each trial's metric per rung"))
+    if series:
+        png = curves_png(series, "Every trial's curves (winner bold)", highlight=winner)
+        parts.append(_figure(png, "image/png", "Every trial's curves"))
+    return "\n".join(parts)
+
+
+def collect(root: Path, title: str, snakemake_args: Sequence[str] = (), sweep_dir: Path | None = None) -> Report:
+    entries = dvc_yaml_entries(root)
+    report = Report(title=title)
+    for name in entries["metrics"]:
+        path = root / str(name)
+        if path.is_file():
+            report.metrics[str(name)] = flatten(read_structured(path))
+    for name in entries["params"]:
+        if isinstance(name, str) and (root / name).is_file():
+            report.params.update(flatten(read_structured(root / name)))
+    results = root / "results"
+    for folder in find_logs(results) if results.is_dir() else []:
+        relative = folder.relative_to(root)
+        if sweep_dir and folder.is_relative_to(sweep_dir.parent):
+            continue  # the sweep's trials (and the report's copies): the sweep section draws them together
+        curves = read_curves(folder)
+        if curves:
+            report.curves.append((str(relative), curves_png({str(relative): curves}, str(relative))))
+    for name in plot_image_paths(entries["plots"]):
+        path = root / name
+        if path.is_file():
+            report.images.append((name, IMAGE_TYPES[path.suffix.lower()], path.read_bytes()))
+    report.dag_svg, report.dag_note = job_dag_svg(root, snakemake_args)
+    slurm = sacct_jobs(slurm_job_ids(_latest_snakemake_log(root)))
+    report.jobs, report.jobs_source = (
+        (slurm, "sacct (SLURM jobs in Snakemake's last log)")
+        if slurm
+        else (benchmark_jobs(root), "Snakemake benchmark files")
+    )
+    if sweep_dir and (sweep_dir / "summary.csv").is_file():
+        report.sweep = sweep_section(sweep_dir)
+        # The winner's final evaluation (the sweep module's `final` folder): its metrics and plots.
+        final = sweep_dir.parent / "final"
+        for path in sorted(final.glob("*")) if final.is_dir() else []:
+            name = str(path.relative_to(root))
+            if path.suffix in (".json", ".yaml"):
+                report.metrics[name] = flatten(read_structured(path))
+            elif path.suffix.lower() in IMAGE_TYPES:
+                report.images.append((name, IMAGE_TYPES[path.suffix.lower()], path.read_bytes()))
+    return report
+
+
+def _latest_snakemake_log(root: Path) -> str:
+    logs = sorted((root / ".snakemake" / "log").glob("*.snakemake.log"))
+    return logs[-1].read_text(errors="replace") if logs else ""
+
+
+def _figure(data: bytes, mime: str, caption: str) -> str:
+    encoded = base64.b64encode(data).decode()
+    alt = html.escape(caption)
+    return f'<figure><img src="data:{mime};base64,{encoded}" alt="{alt}"><figcaption>{alt}</figcaption></figure>'
+
+
+def _cell(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:.6g}"
+    return html.escape(str(value))
+
+
+def _table(rows: Sequence[dict[str, Any]], highlight: tuple[str, str] = ("", "")) -> str:
+    if not rows:
+        return "<p>(none)</p>"
+    keys = list(dict.fromkeys(k for row in rows for k in row))
+    head = "".join(f"<th>{html.escape(str(k))}</th>" for k in keys)
+    body = []
+    for row in rows:
+        marked = highlight[0] and str(row.get(highlight[0])) == highlight[1]
+        cells = "".join(f"<td>{_cell(row.get(k, ''))}</td>" for k in keys)
+        body.append(f'<tr class="best">{cells}</tr>' if marked else f"<tr>{cells}</tr>")
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
+
+
+STYLE = """
+body{font-family:system-ui,sans-serif;margin:2em auto;max-width:1200px;color:#222;padding:0 1em}
+h1{margin-bottom:.2em} .meta{color:#666} table{border-collapse:collapse;margin:.5em 0 1.5em}
+td,th{border:1px solid #ccc;padding:.25em .6em;text-align:left;font-variant-numeric:tabular-nums}
+th{background:#f3f3f3} tr.best td{background:#fff4c2;font-weight:600} figure{margin:1em 0}
+figure img{max-width:100%;border:1px solid #ddd} figcaption{color:#555;font-size:.9em}
+.dag svg{max-width:100%;height:auto} details{margin:.5em 0 1.5em}
+"""
+
+
+def render(report: Report) -> str:
+    parts = [
+        "<!DOCTYPE html>",
+        '<html lang="en"><head><meta charset="utf-8">',
+        f"<title>{html.escape(report.title)}</title><style>{STYLE}</style></head><body>",
+        f"<h1>{html.escape(report.title)}</h1>",
+        f'<p class="meta">Written {dt.datetime.now().strftime("%Y-%m-%d %H:%M:%S")} by snakedvc report.</p>',
+        '<h2 id="metrics">Metrics</h2>',
+    ]
+    if not report.metrics:
+        parts.append("<p>(no metrics file of dvc.yaml was found)</p>")
+    for name, values in report.metrics.items():
+        rows = "".join(
+            f'<tr><td>{html.escape(k)}</td><td data-metric="{html.escape(name)}:{html.escape(k)}">{_cell(v)}</td></tr>'
+            for k, v in values.items()
+        )
+        parts.append(f"<h3>{html.escape(name)}</h3><table><tbody>{rows}</tbody></table>")
+    if report.sweep:
+        parts.append(report.sweep)
+    parts.append('<h2 id="curves">Training curves</h2>')
+    none = "<p>(none: the sweep's trials are drawn above)</p>" if report.sweep else "<p>(none)</p>"
+    parts += [_figure(png, "image/png", f"dvclive: {caption}") for caption, png in report.curves] or [none]
+    parts.append('<h2 id="plots">Plots</h2>')
+    parts += [_figure(data, mime, name) for name, mime, data in report.images] or ["<p>(none)</p>"]
+    parts.append('<h2 id="dag">Job DAG</h2>')
+    parts.append(
+        f'<div class="dag">{report.dag_svg}</div>' if report.dag_svg else f"<p>{html.escape(report.dag_note)}</p>"
+    )
+    parts.append(f'<h2 id="resources">Resources used</h2><p class="meta">From {html.escape(report.jobs_source)}.</p>')
+    parts.append(_table(report.jobs))
+    if report.params:
+        param_rows = [{"param": k, "value": v} for k, v in report.params.items()]
+        table = _table(param_rows)
+        parts.append(
+            f'<h2 id="params">Params</h2><details><summary>{len(param_rows)} values</summary>{table}</details>'
+        )
+    parts.append("</body></html>")
+    return "\n".join(parts) + "\n"
+
+
+def write_report(
+    root: Path | str,
+    out: Path | str,
+    title: str = "",
+    snakemake_args: Sequence[str] = (),
+    sweep_dir: Path | str | None = None,
+) -> Path:
+    base = Path(root).resolve()
+    sweep = (base / sweep_dir) if sweep_dir else None
+    report = collect(base, title or f"Run report: {base.name}", snakemake_args, sweep)
+    target = base / out
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with atomic_path(target) as tmp:
+        tmp.write_text(render(report))
+    return target

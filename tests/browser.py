@@ -1,0 +1,119 @@
+"""Open a page in a real headless Chromium (Debian's package) and read what a person would see,
+over the DevTools protocol: console errors, every image's loaded size, texts, a screenshot."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import re
+import shutil
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser") or ""
+
+PAGE_STATE = """JSON.stringify({
+  images: [...document.images].map(i => ({alt: i.alt, complete: i.complete, width: i.naturalWidth})),
+  svgs: document.querySelectorAll('svg').length,
+  metrics: Object.fromEntries([...document.querySelectorAll('[data-metric]')].map(e => [e.dataset.metric, e.textContent])),
+  winner: (document.querySelector('[data-sweep-winner]') || {dataset: {}}).dataset.sweepWinner || null,
+  headings: [...document.querySelectorAll('h2')].map(h => h.textContent),
+  text: document.body.innerText,
+})"""
+
+
+@dataclass
+class PageView:
+    errors: list[str]
+    images: list[dict[str, Any]]
+    svgs: int
+    metrics: dict[str, str]
+    winner: str | None
+    headings: list[str]
+    text: str
+
+
+def open_page(page: Path, screenshot: Path, timeout: float = 60) -> PageView:
+    if not CHROMIUM:
+        raise RuntimeError("chromium is not installed (scripts/ensure-apt chromium)")
+    with tempfile.TemporaryDirectory(prefix="chromium-") as profile:
+        proc = subprocess.Popen(
+            [CHROMIUM, "--headless=new", "--no-sandbox", "--disable-gpu", "--no-first-run",
+             "--remote-debugging-port=0", f"--user-data-dir={profile}", "about:blank"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        try:
+            port = _devtools_port(proc, timeout)
+            return asyncio.run(asyncio.wait_for(_inspect(port, page, screenshot), timeout))
+        finally:
+            proc.kill()
+            proc.wait()
+
+
+def _devtools_port(proc: subprocess.Popen[str], timeout: float) -> int:
+    assert proc.stderr is not None
+    deadline = time.monotonic() + timeout
+    seen = []
+    while time.monotonic() < deadline:
+        line = proc.stderr.readline()
+        if not line and proc.poll() is not None:
+            break
+        seen.append(line)
+        found = re.search(r"DevTools listening on ws://[^:]+:(\d+)/", line)
+        if found:
+            return int(found.group(1))
+    raise RuntimeError("chromium did not start its DevTools server:\n" + "".join(seen[-20:]))
+
+
+async def _inspect(port: int, page: Path, screenshot: Path) -> PageView:
+    errors: list[str] = []
+    async with aiohttp.ClientSession() as session:
+        async with session.get(f"http://127.0.0.1:{port}/json") as response:
+            targets = await response.json()
+        url = next(t["webSocketDebuggerUrl"] for t in targets if t["type"] == "page")
+        async with session.ws_connect(url, max_msg_size=0) as ws:
+            ids = iter(range(1, 10**6))
+            loaded = asyncio.Event()
+
+            async def call(method: str, **params: Any) -> dict[str, Any]:
+                number = next(ids)
+                await ws.send_str(json.dumps({"id": number, "method": method, "params": params}))
+                while True:
+                    message = json.loads((await ws.receive()).data)
+                    if message.get("id") == number:
+                        if "error" in message:
+                            raise RuntimeError(f"{method}: {message['error']}")
+                        return dict(message.get("result", {}))
+                    note(message)
+
+            def note(message: dict[str, Any]) -> None:
+                method, params = message.get("method"), message.get("params", {})
+                if method == "Page.loadEventFired":
+                    loaded.set()
+                elif method == "Runtime.exceptionThrown":
+                    errors.append(json.dumps(params.get("exceptionDetails", {}))[:500])
+                elif method == "Runtime.consoleAPICalled" and params.get("type") in ("error", "assert"):
+                    errors.append(json.dumps(params.get("args", []))[:500])
+                elif method == "Log.entryAdded" and params.get("entry", {}).get("level") == "error":
+                    errors.append(params["entry"].get("text", "")[:500])
+
+            for domain in ("Page", "Runtime", "Log"):
+                await call(f"{domain}.enable")
+            await call("Emulation.setDeviceMetricsOverride", width=1280, height=900, deviceScaleFactor=1, mobile=False)
+            await call("Page.navigate", url=page.resolve().as_uri())
+            while not loaded.is_set():
+                note(json.loads((await ws.receive()).data))
+            await asyncio.sleep(0.5)  # late console messages
+            state = json.loads(
+                (await call("Runtime.evaluate", expression=PAGE_STATE, returnByValue=True))["result"]["value"]
+            )
+            shot = await call("Page.captureScreenshot", format="png", captureBeyondViewport=True)
+            screenshot.write_bytes(base64.b64decode(shot["data"]))
+    return PageView(errors=errors, **state)

@@ -1,0 +1,104 @@
+"""`snakedvc report`: the HTML page of an ESOL run, of an ESOL sweep and of the digits example,
+opened in a real headless Chromium: no console error, every image loaded, the DAG drawn, the
+metrics in the page equal to the metrics files. Screenshots are left in each test's tmp_path
+(report.png) for a person to look at."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from tests.browser import CHROMIUM, PageView, open_page
+from tests.conftest import SMALL_RUN, dvc_project, run_snakemake
+from tests.test_digits import LOCAL, copy_example
+from tests.test_sweep_workflow import SMALL_SWEEP, write_sweep
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(not CHROMIUM or not shutil.which("dot"), reason="needs chromium and graphviz: make test"),
+]
+
+
+def report(project: Path, *snakemake_args: str) -> Path:
+    proc = subprocess.run(
+        [sys.executable, "-m", "snakedvc", "report", "--", *snakemake_args],
+        cwd=project,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    path = project / "results/report.html"
+    assert f"report: {path}" in proc.stdout
+    return path
+
+
+def shown_metrics_match(view: PageView, project: Path, name: str) -> dict:
+    values = json.loads((project / name).read_text())
+    for key, value in values.items():
+        if isinstance(value, float):
+            assert float(view.metrics[f"{name}:{key}"]) == pytest.approx(value, rel=1e-5), key
+        elif not isinstance(value, dict):
+            assert view.metrics[f"{name}:{key}"] == str(value), key
+    return values
+
+
+def check_page(view: PageView, images: int) -> None:
+    assert view.errors == []
+    assert len(view.images) == images, view.images
+    for image in view.images:
+        assert image["complete"] and image["width"] > 100, image  # decoded, not a broken icon
+    assert view.svgs >= 1  # the job DAG
+    assert view.headings[:1] == ["Metrics"] and {"Job DAG", "Resources used", "Training curves"} <= set(view.headings)
+
+
+def test_esol_run_report(tmp_path: Path) -> None:
+    project = dvc_project(tmp_path / "repo", tmp_path / "remote")
+    run_snakemake(project, "--profile", "profiles/local", *SMALL_RUN)
+    view = open_page(report(project, *SMALL_RUN), tmp_path / "report.png")
+    check_page(view, images=2)  # the dvclive curves, the parity plot
+    assert {i["alt"] for i in view.images} == {"dvclive: results/model/live", "results/plots/parity.png"}
+    metrics = shown_metrics_match(view, project, "results/metrics.json")
+    assert "rmse" in metrics
+    shown_metrics_match(view, project, "results/model/live/metrics.json")
+    # Each rule's resources, from its benchmark file, and the DAG names the rules.
+    for rule in ("split", "train", "evaluate"):
+        assert f"\n{rule}\t" in view.text, view.text[-2000:]
+    assert "train" in view.text and "featurise" in view.text
+
+
+def test_esol_sweep_report(tmp_path: Path) -> None:
+    project = dvc_project(tmp_path / "repo", tmp_path / "remote")
+    sweep = write_sweep(project, SMALL_SWEEP)
+    run_snakemake(project, "--profile", "profiles/local", "--configfile", sweep)
+    view = open_page(report(project, "--configfile", sweep), tmp_path / "report.png")
+    # The rungs, every trial's curves in one figure, the winner's parity plot on the test set.
+    check_page(view, images=3)
+    assert {i["alt"] for i in view.images} == {
+        "Rungs: each trial's metric per rung",
+        "Every trial's curves",
+        "results/sweeps/small/final/parity.png",
+    }
+    summary = pd.read_csv(project / "results/sweeps/small/report/summary.csv")
+    winner = str(summary.loc[summary["best"].astype(bool), "trial"].iloc[0])
+    assert view.winner == winner and "Sweep small" in view.headings
+    for trial in summary["trial"]:
+        assert trial in view.text
+    # The winner's test metrics, as the sweep's final evaluation wrote them.
+    assert "rmse" in shown_metrics_match(view, project, "results/sweeps/small/final/metrics.json")
+
+
+def test_digits_report_shows_the_confusion_matrix(tmp_path: Path) -> None:
+    project = copy_example(tmp_path / "digits")
+    run_snakemake(project, "--profile", LOCAL)
+    view = open_page(report(project), tmp_path / "report.png")
+    check_page(view, images=2)
+    assert {i["alt"] for i in view.images} == {"dvclive: results/live", "results/confusion.png"}
+    shown_metrics_match(view, project, "results/metrics.json")
+    assert view.metrics["results/live/metrics.json:step"] == "20"
