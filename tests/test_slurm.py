@@ -89,6 +89,17 @@ def test_pipeline_on_slurm_matches_local_and_asks_rule_resources(slurm_cluster, 
                 assert "gres/gpu" not in row["tres"], (rule, row)
             assert row["state"] == "COMPLETED"
 
+    # The run's report reads what each job used from sacct: one row per SLURM job, named by its rule.
+    subprocess.run([sys.executable, "-m", "snakedvc", "report", "--", *SMALL_RUN], cwd=on_slurm, check=True)
+    page = (on_slurm / "results/report.html").read_text()
+    assert "From sacct (SLURM jobs in Snakemake&#x27;s last log)." in page
+    for rule, ids in jobs.items():
+        for jobid in ids:
+            row = re.search(rf"<tr><td>{jobid} {rule}[^<]*</td><td>COMPLETED</td>(.*?)</tr>", page)
+            assert row, (rule, jobid)
+            elapsed, cpu, efficiency, rss, nodes = re.findall(r"<td>([^<]*)</td>", row.group(1))
+            assert float(elapsed) >= 0 and float(cpu) >= 0 and efficiency.endswith("%") and nodes == "1"
+
 
 def test_failed_rule_names_rule_and_log(slurm_cluster, project: Path) -> None:
     raw = project / "data/raw/esol.csv"

@@ -35,8 +35,8 @@ from snakedvc.io import atomic_path
 from snakedvc.live import PLOTS_DIR, find_logs
 
 IMAGE_TYPES = {".png": "image/png", ".jpg": "image/jpeg", ".jpeg": "image/jpeg", ".svg": "image/svg+xml"}
-# Snakemake's SLURM executor: "Job 3 has been submitted with SLURM jobid 1234 (log: ...)."
-_SUBMITTED = re.compile(r"submitted with SLURM jobid (\d+)")
+# Snakemake's SLURM executor: "Job 3 has been submitted with SLURM jobid 1234 (log: .../rule_<name>/<wildcards>/1234.log)."
+_SUBMITTED = re.compile(r"submitted with SLURM jobid (\d+) \(log: ([^)]*)\)")
 
 
 @dataclass
@@ -156,15 +156,23 @@ def benchmark_jobs(root: Path) -> list[dict[str, Any]]:
     return jobs
 
 
-def slurm_job_ids(log_text: str) -> list[str]:
-    return list(dict.fromkeys(_SUBMITTED.findall(log_text)))
+def slurm_jobs(log_text: str) -> dict[str, str]:
+    """SLURM job id -> what it ran ("featurise train"), from the plugin's job log paths
+    (sacct's Comment holds the rule only where the cluster stores job comments)."""
+    jobs = {}
+    for jobid, log in _SUBMITTED.findall(log_text):
+        parts = Path(log).parts
+        start = next((i for i, part in enumerate(parts) if part.startswith("rule_")), len(parts) - 1)
+        jobs[jobid] = " ".join([parts[start].removeprefix("rule_"), *parts[start + 1 : -1]]).strip()
+    return jobs
 
 
-def sacct_jobs(job_ids: Sequence[str]) -> list[dict[str, Any]]:
-    """Per SLURM job: its rule (the plugin's --comment), elapsed, CPU efficiency, the largest MaxRSS of its steps."""
+def sacct_jobs(names: dict[str, str]) -> list[dict[str, Any]]:
+    """Per SLURM job: what it ran, state, elapsed, CPU time and efficiency, the largest MaxRSS of its steps."""
+    job_ids = list(names)
     if not job_ids or shutil.which("sacct") is None:
         return []
-    fields = "JobID,Comment,State,Elapsed,ElapsedRaw,TotalCPU,AllocCPUS,MaxRSS,NNodes"
+    fields = "JobID,State,ElapsedRaw,TotalCPU,AllocCPUS,MaxRSS,NNodes"
     proc = subprocess.run(
         ["sacct", "-n", "-P", "--format", fields, "-j", ",".join(job_ids)],
         capture_output=True,
@@ -178,7 +186,7 @@ def sacct_jobs(job_ids: Sequence[str]) -> list[dict[str, Any]]:
         job, _, step = cells["JobID"].partition(".")
         if not step:
             jobs[job] = {
-                "job": f"{job} {cells['Comment'].removeprefix('rule_')}".strip(),
+                "job": f"{job} {names.get(job, '')}".strip(),
                 "state": cells["State"].split()[0] if cells["State"] else "",
                 "elapsed_s": float(cells["ElapsedRaw"] or 0),
                 "cpu_s": _seconds(cells["TotalCPU"]),
@@ -289,7 +297,7 @@ def collect(root: Path, title: str, snakemake_args: Sequence[str] = (), sweep_di
         if path.is_file():
             report.images.append((name, IMAGE_TYPES[path.suffix.lower()], path.read_bytes()))
     report.dag_svg, report.dag_note = job_dag_svg(root, snakemake_args)
-    slurm = sacct_jobs(slurm_job_ids(_latest_snakemake_log(root)))
+    slurm = sacct_jobs(slurm_jobs(_latest_snakemake_log(root)))
     report.jobs, report.jobs_source = (
         (slurm, "sacct (SLURM jobs in Snakemake's last log)")
         if slurm
@@ -309,8 +317,12 @@ def collect(root: Path, title: str, snakemake_args: Sequence[str] = (), sweep_di
 
 
 def _latest_snakemake_log(root: Path) -> str:
-    logs = sorted((root / ".snakemake" / "log").glob("*.snakemake.log"))
-    return logs[-1].read_text(errors="replace") if logs else ""
+    """The newest of Snakemake's logs that ran jobs (dry runs and --dag leave logs too)."""
+    for path in sorted((root / ".snakemake" / "log").glob("*.snakemake.log"), reverse=True):
+        text = path.read_text(errors="replace")
+        if "Finished job" in text:
+            return text
+    return ""
 
 
 def _figure(data: bytes, mime: str, caption: str) -> str:
