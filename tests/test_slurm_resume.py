@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from snakedvc.live import read_progress
 from tests.conftest import slurm_jobs_by_rule, trainers_in
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
@@ -63,12 +64,23 @@ def finish(snakemake: subprocess.Popen[str]) -> str:
 def test_scancel_then_retry_resumes(slurm_cluster, project: Path) -> None:
     snakemake = start(project, "--retries", "2")
     wait_for_log(project, "epoch 300 ", snakemake)
+    # The SLURM job's dvclive folder, read from the submit host through the shared filesystem, grows.
+    live = project / "results/model/live"
+    first = read_progress(live)
+    assert first is not None and first.epoch >= 300
+    deadline = time.time() + 60
+    while (read_progress(live) or first).epoch == first.epoch:
+        assert time.time() < deadline, "the running job's epoch did not move"
+        time.sleep(0.1)
     subprocess.run(["scancel", running_train_job()], check=True)
     output = finish(snakemake)
     assert len(slurm_jobs_by_rule(output)["train"]) == 2
     # scancel sends SIGTERM: the trainer wrote a checkpoint at that step, and the retry resumed from it.
     assert "(SIGTERM checkpoint " in (project / "logs/train.log").read_text()
     assert (project / "results/metrics.json").is_file()
+    # The retry rewrote dvclive's folder from the checkpoint: every epoch once, in order.
+    steps = [int(line.split("\t")[0]) for line in (live / "plots/metrics/valid_rmse.tsv").read_text().splitlines()[1:]]
+    assert steps == list(range(1, 2501))
 
 
 def test_time_limit_signal_checkpoints_and_resubmits(slurm_cluster, project: Path) -> None:

@@ -66,6 +66,9 @@ def test_sweep_of_eight_trials_records_eight_experiments_and_halves_correctly(tm
     name = write_sweep(repo, SMALL_SWEEP)
     run_snakemake(repo, "--profile", "profiles/local", "--configfile", name, "--cores", "2")
     sweep_dir = repo / "results/sweeps/small"
+    # Building the report says how far it got: a plain line in its rule's log, no bar.
+    report_log = (repo / "logs/sweeps/small/report.log").read_text()
+    assert "sweep small report: done, 8/8 trials (100.0%)" in report_log and "\r" not in report_log
 
     # The schedule: the epochs trained add up to the formula, and survivors continued (never restarted).
     config = validate_config({k: v for k, v in SMALL_SWEEP.items() if k != "snakedvc"}, load_schema(SCHEMA))

@@ -106,6 +106,17 @@ def test_two_runs_are_two_experiments_and_restore_is_exact(tmp_path: Path) -> No
         committed = git(repo, "ls-tree", "-r", "--name-only", ref).split()
         assert not [f for f in committed if f.startswith(".dvc/tmp")], ref
         assert "results/model/model.pt.dvc" in committed and "results/metrics.json" in committed
+        assert "results/model/live/plots/metrics/valid_rmse.tsv" in committed  # dvclive's folder
+    # dvc reads dvclive's files with dvc.yaml alone: the summary in exp show, the curves in plots diff.
+    for exp in listed:
+        live = exp["revs"][0]["data"]["metrics"]["results/model/live/metrics.json"]["data"]
+        assert live["step"] == 4 and live["best_epoch"] <= 4 and live["valid_rmse"] > 0
+    plots = json.loads(dvc(repo, "plots", "diff", "first", "second", "--json").stdout)["data"]
+    (loss,) = plots["Loss per epoch (standardised MSE)"]
+    assert sorted(loss["revisions"]) == ["first", "second"]
+    points = loss["content"]["data"]["values"]
+    for rev in ("first", "second"):
+        assert sorted({int(p["step"]) for p in points if p["rev"] == rev}) == [1, 2, 3, 4], rev
     # Every artifact is in the DVC cache.
     assert dvc(repo, "status", "--quiet", check=False).returncode == 0
 

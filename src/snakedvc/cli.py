@@ -53,6 +53,7 @@ def cmd_sweep_report(args: argparse.Namespace) -> None:
     import shutil
 
     from snakedvc.io import atomic_path
+    from snakedvc.progressbar import progress
     from snakedvc.sweep import format_summary, plot_rungs, summarise
 
     plan = json.loads(args.plan)
@@ -61,7 +62,8 @@ def cmd_sweep_report(args: argparse.Namespace) -> None:
     out = Path(args.output)
     out.mkdir(parents=True, exist_ok=True)
     # Each completed trial's folder from the furthest rung it reached, without the state file.
-    for row in table.itertuples():
+    rows = progress(table.itertuples(), total=len(table), desc=f"sweep {plan['name']} report", unit="trials")
+    for row in rows:
         if row.status != "ok":
             continue
         source = Path(args.trials) / str(row.trial) / f"rung{int(row.rung)}"
