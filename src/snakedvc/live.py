@@ -55,21 +55,30 @@ class EpochLog:
         if not main:
             return
         try:
-            from dvclive import Live
+            live_class = _job_live_class()
         except ImportError as error:  # the kit does not force dvclive on projects that log otherwise
             raise ImportError(
                 f"snakedvc.live.EpochLog writes dvclive's files ({self.directory}) but dvclive is not installed "
                 "in this environment: pip install 'snakedvc[live]'"
             ) from error
         # A fresh folder: what a retried job left behind is replaced by restore(), not appended to.
-        self._live = Live(str(self.directory), save_dvc_exp=False, dvcyaml=False, report=None)
+        self._live = live_class(str(self.directory), save_dvc_exp=False, dvcyaml=False, report=None)
         if params:
             self._live.log_params(dict(params))
 
     def restore(self, rows: Iterable[Row | list[Any]]) -> None:
-        """Write again the epochs of a checkpoint this job resumed from (their order kept)."""
+        """Write again the epochs of a checkpoint this job resumed from (their order kept): the
+        rows appended, the summary written once at the end (a long run resumes in seconds)."""
         for epoch, metrics in rows:
-            self.epoch(int(epoch), **metrics)
+            values = {name: float(value) for name, value in metrics.items()}
+            self.rows.append((int(epoch), values))
+            if self._live is not None:
+                self._live.step = int(epoch)
+                for name, value in values.items():
+                    self._live.log_metric(name, value)
+        if self._live is not None and self.rows:
+            self._live.make_summary()
+            self._live.step = self.rows[-1][0] + 1
 
     def epoch(self, epoch: int, **metrics: float) -> None:
         """One epoch's metrics, on disk when this returns (metrics.json's ``step`` is ``epoch``)."""
@@ -92,6 +101,29 @@ class EpochLog:
             self._live.step = self.rows[-1][0]  # end() rewrites metrics.json: keep the last epoch as step
         self._live.end()
         self._live = None
+
+
+def _job_live_class() -> type:
+    """dvclive's Live as a rule's job needs it: the same files, at a constant cost per epoch.
+
+    Two public methods are overridden. ``post_data_to_studio``: dvclive re-reads every metric's
+    whole .tsv at each step to build a Studio update, even with Studio off, so a run of N epochs
+    costs O(N²) (2000 epochs: 5.9 s, growing); jobs do not post to Studio (compute nodes often
+    have no network: the files are what dvc, VS Code and `snakedvc runs` read). ``next_step``:
+    without the VS Code signal file that dvclive rewrites and fsyncs in .dvc/tmp at every step
+    (it serves experiments queued by `dvc exp run`, which a Snakemake job is not).
+    """
+    from dvclive import Live
+
+    class JobLive(Live):
+        def post_data_to_studio(self) -> None:
+            return None
+
+        def next_step(self) -> None:
+            self.sync()
+            self.step += 1
+
+    return JobLive
 
 
 @dataclass(frozen=True)
