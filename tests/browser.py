@@ -5,9 +5,12 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import json
+import os
 import re
 import shutil
+import signal
 import subprocess
 import tempfile
 import time
@@ -18,6 +21,8 @@ from typing import Any
 import aiohttp
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser") or ""
+
+IMAGES_DONE = "[...document.images].every(i => i.complete)"
 
 PAGE_STATE = """JSON.stringify({
   images: [...document.images].map(i => ({alt: i.alt, complete: i.complete, width: i.naturalWidth})),
@@ -40,20 +45,24 @@ class PageView:
     text: str
 
 
-def open_page(page: Path, screenshot: Path, timeout: float = 60) -> PageView:
+def open_page(page: Path, screenshot: Path, timeout: float = 180) -> PageView:
+    """The first start on a fresh machine builds font caches: a generous timeout."""
     if not CHROMIUM:
         raise RuntimeError("chromium is not installed (scripts/ensure-apt chromium)")
-    with tempfile.TemporaryDirectory(prefix="chromium-") as profile:
+    # Chromium's helper processes may still write to the profile for a moment after it is stopped.
+    with tempfile.TemporaryDirectory(prefix="chromium-", ignore_cleanup_errors=True) as profile:
         proc = subprocess.Popen(
             [CHROMIUM, "--headless=new", "--no-sandbox", "--disable-gpu", "--no-first-run",
              "--remote-debugging-port=0", f"--user-data-dir={profile}", "about:blank"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True,
         )  # fmt: skip
         try:
             port = _devtools_port(proc, timeout)
             return asyncio.run(asyncio.wait_for(_inspect(port, page, screenshot), timeout))
         finally:
-            proc.kill()
+            # The whole process group (browser, renderer, utility processes), then wait for the browser.
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
 
 
@@ -110,6 +119,12 @@ async def _inspect(port: int, page: Path, screenshot: Path) -> PageView:
             await call("Page.navigate", url=page.resolve().as_uri())
             while not loaded.is_set():
                 note(json.loads((await ws.receive()).data))
+            # Images decode asynchronously on a busy machine: wait until each says it is done.
+            for _ in range(100):
+                done = await call("Runtime.evaluate", expression=IMAGES_DONE, returnByValue=True)
+                if done["result"]["value"]:
+                    break
+                await asyncio.sleep(0.1)
             await asyncio.sleep(0.5)  # late console messages
             state = json.loads(
                 (await call("Runtime.evaluate", expression=PAGE_STATE, returnByValue=True))["result"]["value"]
