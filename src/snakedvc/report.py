@@ -2,7 +2,7 @@
 
 What it shows, all read from files the run left (the project's dvc.yaml says which):
 the metrics files (a table; each value carries ``data-metric="<file>:<key>"``), every dvclive
-folder's curves, the plot images dvc.yaml lists (a parity plot, a confusion matrix), the job DAG
+folder's curves, the image plots dvc.yaml lists, the job DAG
 (``snakemake --dag`` through graphviz), the resources each job used (Snakemake's benchmark files;
 on SLURM, sacct's elapsed time, CPU efficiency and MaxRSS of the jobs in Snakemake's last log),
 and for a sweep its rungs, every trial's curves and the winner.
