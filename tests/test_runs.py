@@ -17,7 +17,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from snakedvc.runs import RunError, controller_settings, find_run, freeze, resume, sbatch_command
+from snakedvc.report import slurm_jobs
+from snakedvc.runs import RunError, controller_settings, find_run, freeze, resume, sbatch_command, submitted_slurm_jobs
 from tests.conftest import SMALL_RUN, dvc_experiments, dvc_project, md5, trainers_in
 from tests.conftest import git as git_output
 
@@ -213,6 +214,28 @@ def test_bad_input_names_the_thing_at_fault(repo: Path, tmp_path: Path) -> None:
     (profile / "controller.yaml").write_text("mem_mb: lots\n")
     with pytest.raises(RunError, match="mem_mb must be a whole number"):
         controller_settings(profile)
+
+
+def test_submitted_slurm_jobs_are_read_from_the_executors_log_lines() -> None:
+    # The lines as snakemake-executor-plugin-slurm 2.8.0 logs them (its __init__.run_job), with a
+    # Snakemake progress line between them; a rule with wildcards, one without, a group job.
+    log = (
+        "Job 2 has been submitted with SLURM jobid 41 (log: /p/.snakemake/slurm_logs/rule_sweep_trial/lr_0.01/41.log).\n"
+        "2 of 6 steps (33%) done\n"
+        "Job 5 has been submitted with SLURM jobid 42 (log: /p/.snakemake/slurm_logs/rule_featurise/valid/42.log).\n"
+        "Job 9 has been submitted with SLURM jobid 43 (log: /p/.snakemake/slurm_logs/group_shards/43.log).\n"
+        "Job 3 has been submitted with SLURM jobid 44 (log: /p/.snakemake/slurm_logs/rule_train/44.log).\n"
+        "Job 7 has been submitted with SLURM jobid 45\n"
+    )
+    assert list(submitted_slurm_jobs(log)) == ["41", "42", "43", "44", "45"]
+    assert submitted_slurm_jobs(log)["42"] == "/p/.snakemake/slurm_logs/rule_featurise/valid/42.log"
+    assert slurm_jobs(log) == {
+        "41": "sweep_trial lr_0.01",
+        "42": "featurise valid",
+        "43": "group shards",
+        "44": "train",
+        "45": "",
+    }
 
 
 def test_the_controller_job_matches_its_reference_command_line() -> None:

@@ -20,7 +20,6 @@ import datetime as dt
 import html
 import io
 import json
-import re
 import shutil
 import subprocess
 import sys
@@ -33,10 +32,9 @@ import yaml
 
 from snakedvc.io import atomic_path
 from snakedvc.live import PLOTS_DIR, find_logs
+from snakedvc.runs import submitted_slurm_jobs
 
 IMAGE_TYPES = {".png": "image/png", ".jpg": "image/jpeg", ".jpeg": "image/jpeg", ".svg": "image/svg+xml"}
-# Snakemake's SLURM executor: "Job 3 has been submitted with SLURM jobid 1234 (log: .../rule_<name>/<wildcards>/1234.log)."
-_SUBMITTED = re.compile(r"submitted with SLURM jobid (\d+) \(log: ([^)]*)\)")
 
 
 @dataclass
@@ -157,13 +155,19 @@ def benchmark_jobs(root: Path) -> list[dict[str, Any]]:
 
 
 def slurm_jobs(log_text: str) -> dict[str, str]:
-    """SLURM job id -> what it ran ("featurise train"), from the plugin's job log paths
-    (sacct's Comment holds the rule only where the cluster stores job comments)."""
+    """SLURM job id -> what it ran ("featurise train", "group shards"), from the plugin's job log
+    paths, .../rule_<rule>/<wildcards>/<id>.log or .../group_<group>/<id>.log ("" where a line names
+    none). sacct's Comment holds the rule only where the cluster stores job comments."""
     jobs = {}
-    for jobid, log in _SUBMITTED.findall(log_text):
-        parts = Path(log).parts
-        start = next((i for i, part in enumerate(parts) if part.startswith("rule_")), len(parts) - 1)
-        jobs[jobid] = " ".join([parts[start].removeprefix("rule_"), *parts[start + 1 : -1]]).strip()
+    for jobid, log in submitted_slurm_jobs(log_text).items():
+        folders = Path(log).parent.parts if log else ()
+        start = next((i for i, part in enumerate(folders) if part.startswith(("rule_", "group_"))), None)
+        if start is None:
+            jobs[jobid] = ""
+            continue
+        first = folders[start]
+        first = f"group {first.removeprefix('group_')}" if first.startswith("group_") else first.removeprefix("rule_")
+        jobs[jobid] = " ".join([first, *folders[start + 1 :]])
     return jobs
 
 

@@ -69,7 +69,8 @@ ACTIVE_STATES = frozenset({"queued", "running"})
 FINISHED_STATES = frozenset({"done", "failed", "cancelled"})
 _RUN_ID = re.compile(r"^[0-9]{8}-[0-9]{6}-[0-9a-f]{4}$")
 _PROGRESS = re.compile(r"(\d+) of (\d+) steps \(")
-_SLURM_JOB = re.compile(r"submitted with SLURM jobid (\d+)")
+# Snakemake's SLURM executor: "Job 3 has been submitted with SLURM jobid 1234 (log: .../rule_<name>/<wildcards>/1234.log)."
+_SUBMITTED = re.compile(r"submitted with SLURM jobid (\d+)(?: \(log: ([^)]*)\))?")
 
 
 class RunError(RuntimeError):
@@ -518,7 +519,13 @@ def progress(run: Run) -> tuple[int, int] | None:
 
 def slurm_jobs(run: Run) -> list[str]:
     """SLURM job ids the run's controllers submitted (from their log)."""
-    return list(dict.fromkeys(_SLURM_JOB.findall(_read(run.log))))
+    return list(submitted_slurm_jobs(_read(run.log)))
+
+
+def submitted_slurm_jobs(log_text: str) -> dict[str, str]:
+    """SLURM job id -> its job log's path ("" where the line names none), in order of submission,
+    from the SLURM executor's lines in a Snakemake log."""
+    return dict(_SUBMITTED.findall(log_text))
 
 
 def _read(path: Path) -> str:
