@@ -138,6 +138,11 @@ def md5(path: Path) -> str:
     return hashlib.md5(path.read_bytes()).hexdigest()
 
 
+def folder_files(folder: Path) -> dict[str, bytes]:
+    """Every file under ``folder`` (relative path -> bytes): folders compared byte for byte."""
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
 def dvc_experiments(repo: Path, metrics_file: str = "results/metrics.json") -> dict[str, dict]:
     """name -> {'params': ..., 'metrics': ...} for every experiment `dvc exp show --json` lists."""
     import json

@@ -23,6 +23,7 @@ from tests.conftest import (
     SNAKEMAKE,
     dvc,
     dvc_experiments,
+    folder_files,
     git,
     md5,
     run_snakemake,
@@ -201,10 +202,6 @@ def test_sweep_halves_continues_and_records_every_trial(tmp_path: Path) -> None:
     assert md5(sweep / f"report/trials/{best}/model.pt") == md5(sweep / f"trials/{best}/rung2/model.pt")
 
 
-def live_files(folder: Path) -> dict[str, bytes]:
-    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
-
-
 def test_sigterm_checkpoints_exits_75_and_the_rerun_resumes_bit_identically(tmp_path: Path) -> None:
     # The reference run, watched from outside as it goes: dvclive's folder shows each epoch as it ends.
     reference = copy_example(tmp_path / "reference")
@@ -254,5 +251,5 @@ def test_sigterm_checkpoints_exits_75_and_the_rerun_resumes_bit_identically(tmp_
     assert md5(project / "results/model.pt") == md5(reference / "results/model.pt")
     assert (project / "results/metrics.json").read_text() == (reference / "results/metrics.json").read_text()
     # dvclive's folder too: the epochs before the checkpoint came back from it, none twice.
-    assert live_files(project / "results/live") == live_files(reference / "results/live")
+    assert folder_files(project / "results/live") == folder_files(reference / "results/live")
     assert not list(project.glob(".checkpoints/*/*.pt"))  # removed once training finished

@@ -3,7 +3,6 @@ progress read from outside while a training writes."""
 
 from __future__ import annotations
 
-import hashlib
 import json
 import subprocess
 import sys
@@ -15,16 +14,9 @@ import pytest
 import yaml
 
 from snakedvc.live import EpochLog, find_logs, read_progress
+from tests.conftest import folder_files
 
 EPOCHS = [(e, {"train_loss": 1.0 / e, "valid_accuracy": 0.5 + e / 100}) for e in range(1, 7)]
-
-
-def digest(folder: Path) -> dict[str, str]:
-    return {
-        str(p.relative_to(folder)): hashlib.md5(p.read_bytes()).hexdigest()
-        for p in sorted(folder.rglob("*"))
-        if p.is_file()
-    }
 
 
 def write(folder: Path, rows, restore=(), final=None, params=None) -> EpochLog:
@@ -60,7 +52,7 @@ def test_a_resumed_log_equals_a_straight_one(tmp_path: Path) -> None:
     write(resumed, EPOCHS[:4])
     log = write(resumed, EPOCHS[3:], restore=EPOCHS[:3], final={"test_accuracy": 0.9})
     assert log.rows == EPOCHS
-    assert digest(resumed) == digest(straight)
+    assert folder_files(resumed) == folder_files(straight)
 
 
 def test_other_ranks_write_nothing(tmp_path: Path) -> None:

@@ -22,7 +22,7 @@ from esol.features import FeatureSet, featurise_table, load_features, save_featu
 from esol.train import train_model
 from snakedvc.torch import EXIT_CHECKPOINTED, Resumable, TrainingStopped
 from snakedvc.torch.checkpoint import StopRequest, load_state, run_key
-from tests.conftest import REPO, venv_env
+from tests.conftest import REPO, folder_files, venv_env
 
 CFG = TrainConfig(hidden_sizes=(64, 16), max_epochs=6, patience=100, batch_size=32, seed=3, checkpoint_every=1)
 STEPS_PER_EPOCH = 8  # 240 training molecules / batch 32, rounded up
@@ -239,9 +239,5 @@ def test_sigterm_to_two_torchrun_processes_then_resume(data, tmp_path: Path) -> 
     res = torch.load(interrupted / "model.pt", weights_only=True)["state_dict"]
     assert all(torch.equal(ref[k], res[k]) for k in ref)
     # dvclive's folder as a straight run's: the epochs before the checkpoint restored from it, none twice.
-    assert folder_bytes(reference / "live") == folder_bytes(interrupted / "live")
+    assert folder_files(reference / "live") == folder_files(interrupted / "live")
     assert len((reference / "live/plots/metrics/valid_rmse.tsv").read_text().splitlines()) == 1 + 40
-
-
-def folder_bytes(folder: Path) -> dict[str, bytes]:
-    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
