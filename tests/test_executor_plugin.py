@@ -186,10 +186,11 @@ def test_supported_plugin_versions_pass_and_others_fail_naming_versions_and_reme
 # --- settings and profile -----------------------------------------------------------------
 
 
-def test_every_snakedvc_slurm_key_of_the_profile_is_a_valid_setting_of_the_profiles_executor() -> None:
+@pytest.mark.parametrize("name", ["slurm", "slurm-fast"])
+def test_every_snakedvc_slurm_key_of_the_profile_is_a_valid_setting_of_the_profiles_executor(name: str) -> None:
     from snakemake_interface_executor_plugins.registry import ExecutorPluginRegistry
 
-    folder = REPO / "profiles" / "slurm"
+    folder = REPO / "profiles" / name
     profile = yaml.safe_load((folder / "config.yaml").read_text())
     plugin = ExecutorPluginRegistry().get_plugin(profile["executor"])
     assert issubclass(plugin.executor, official.Executor) and plugin.executor is Executor
@@ -201,6 +202,22 @@ def test_every_snakedvc_slurm_key_of_the_profile_is_a_valid_setting_of_the_profi
     values["partition_config"] = str(folder / values["partition_config"])  # Snakemake reads it relative to the profile
     settings = ExecutorSettings(**values)  # validates, as at start-up
     assert settings.max_seconds_between_status_checks >= settings.init_seconds_before_status_checks
+
+
+def test_the_fast_profile_differs_from_the_slurm_profile_only_in_its_status_polling() -> None:
+    # One profile's copy for short pipelines: any other drift would make the benchmarks and the
+    # README's comparison of the two wrong.
+    slurm, fast = (
+        yaml.safe_load((REPO / "profiles" / name / "config.yaml").read_text()) for name in ("slurm", "slurm-fast")
+    )
+    differ = {key for key in slurm.keys() | fast.keys() if slurm.get(key) != fast.get(key)}
+    assert differ == {"snakedvc-slurm-init-seconds-before-status-checks", "snakedvc-slurm-status-backoff-factor"}
+    assert (
+        fast["snakedvc-slurm-init-seconds-before-status-checks"]
+        < slurm["snakedvc-slurm-init-seconds-before-status-checks"]
+    )
+    for shared in ("partitions.yaml", "controller.yaml"):
+        assert (REPO / "profiles/slurm-fast" / shared).resolve() == (REPO / "profiles/slurm" / shared).resolve()
 
 
 @pytest.mark.parametrize(
