@@ -165,9 +165,8 @@ def slurm_jobs(log_text: str) -> dict[str, str]:
         if start is None:
             jobs[jobid] = ""
             continue
-        first = folders[start]
-        first = f"group {first.removeprefix('group_')}" if first.startswith("group_") else first.removeprefix("rule_")
-        jobs[jobid] = " ".join([first, *folders[start + 1 :]])
+        kind, _, name = folders[start].partition("_")
+        jobs[jobid] = " ".join([name if kind == "rule" else f"group {name}", *folders[start + 1 :]])
     return jobs
 
 
