@@ -36,8 +36,10 @@ from snakemake_executor_plugin_snakedvc_slurm import (
     check_plugin_version,
     last_account,
     next_status_interval,
+    read_exit_codes,
+    with_exit_code_file,
 )
-from tests.conftest import REPO
+from tests.conftest import REPO, SNAKEMAKE, slurm_jobs_by_rule
 
 LOGGER = "snakedvc-slurm-test"
 
@@ -186,11 +188,10 @@ def test_supported_plugin_versions_pass_and_others_fail_naming_versions_and_reme
 # --- settings and profile -----------------------------------------------------------------
 
 
-@pytest.mark.parametrize("name", ["slurm", "slurm-fast"])
-def test_every_snakedvc_slurm_key_of_the_profile_is_a_valid_setting_of_the_profiles_executor(name: str) -> None:
+def test_every_snakedvc_slurm_key_of_the_profile_is_a_valid_setting_of_the_profiles_executor() -> None:
     from snakemake_interface_executor_plugins.registry import ExecutorPluginRegistry
 
-    folder = REPO / "profiles" / name
+    folder = REPO / "profiles/slurm"
     profile = yaml.safe_load((folder / "config.yaml").read_text())
     plugin = ExecutorPluginRegistry().get_plugin(profile["executor"])
     assert issubclass(plugin.executor, official.Executor) and plugin.executor is Executor
@@ -202,22 +203,6 @@ def test_every_snakedvc_slurm_key_of_the_profile_is_a_valid_setting_of_the_profi
     values["partition_config"] = str(folder / values["partition_config"])  # Snakemake reads it relative to the profile
     settings = ExecutorSettings(**values)  # validates, as at start-up
     assert settings.max_seconds_between_status_checks >= settings.init_seconds_before_status_checks
-
-
-def test_the_fast_profile_differs_from_the_slurm_profile_only_in_its_status_polling() -> None:
-    # One profile's copy for short pipelines: any other drift would make the benchmarks and the
-    # README's comparison of the two wrong.
-    slurm, fast = (
-        yaml.safe_load((REPO / "profiles" / name / "config.yaml").read_text()) for name in ("slurm", "slurm-fast")
-    )
-    differ = {key for key in slurm.keys() | fast.keys() if slurm.get(key) != fast.get(key)}
-    assert differ == {"snakedvc-slurm-init-seconds-before-status-checks", "snakedvc-slurm-status-backoff-factor"}
-    assert (
-        fast["snakedvc-slurm-init-seconds-before-status-checks"]
-        < slurm["snakedvc-slurm-init-seconds-before-status-checks"]
-    )
-    for shared in ("partitions.yaml", "controller.yaml"):
-        assert (REPO / "profiles/slurm-fast" / shared).resolve() == (REPO / "profiles/slurm" / shared).resolve()
 
 
 @pytest.mark.parametrize(
@@ -298,6 +283,81 @@ def test_shutdown_does_not_wait_out_the_interval(tmp_path: Path) -> None:
     started = time.monotonic()
     asyncio.run(executor.sleep())  # `wait` is False, as after shutdown()
     assert time.monotonic() - started < 1
+
+
+# --- exit code files -------------------------------------------------------------------------
+
+
+def exits(executor: Executor, job: SubmittedJobInfo, code: str) -> Path:
+    """What the job's batch script leaves when it ends (with_exit_code_file)."""
+    executor.exit_code_folder.mkdir(parents=True, exist_ok=True)
+    path = executor.exit_code_folder / job.external_jobid
+    path.write_text(code)
+    return path
+
+
+@pytest.mark.parametrize("wrapped", [False, True])
+def test_the_batch_script_leaves_its_commands_exit_code_and_exits_with_it(tmp_path: Path, wrapped: bool) -> None:
+    folder = tmp_path / "exit codes"  # a space: the folder is quoted
+    folder.mkdir()
+    script = with_exit_code_file("echo working; (exit 3)", folder, wrapped=wrapped)
+    if wrapped:  # as the plugin submits it: sbatch ... --wrap="<command, " escaped>" through a shell
+        script = subprocess.run(f'printf %s "{script}"', shell=True, capture_output=True, text=True).stdout
+    done = subprocess.run(["sh", "-c", script], env={**os.environ, "SLURM_JOB_ID": "77"}, capture_output=True)
+    assert done.returncode == 3 and done.stdout == b"working\n"
+    assert sorted(os.listdir(folder)) == ["77"] and read_exit_codes(folder, ["77", "78"]) == {"77": 3}
+
+
+def test_a_job_that_exited_0_is_done_without_asking_slurm(tmp_path: Path, sacct: FakeSacct) -> None:
+    executor = make_executor(tmp_path)
+    job, running = submitted(tmp_path, "41"), submitted(tmp_path, "42")
+    code = exits(executor, job, "0\n")
+    sacct.prints("41|RUNNING\n42|RUNNING\n")  # accounting has not heard of the end yet
+    assert check(executor, [job]) == []
+    assert sacct.status_queries() == 0
+    # What the plugin does for COMPLETED: success reported, the SLURM log deleted.
+    assert executor.workflow.scheduler.finished == [job.job] and not job.aux["slurm_logfile"].exists()
+    assert not code.exists()
+    # With other jobs active, they are asked about as usual.
+    job = submitted(tmp_path, "43")
+    exits(executor, job, "0\n")
+    assert check(executor, [job, running]) == [running] and sacct.status_queries() == 1
+    assert executor.workflow.scheduler.finished[-1] is job.job
+    # ... unless the last query was moments ago (init seconds): an exit code does not cost a query.
+    job = submitted(tmp_path, "44")
+    exits(executor, job, "0\n")
+    assert check(executor, [job, running]) == [running] and sacct.status_queries() == 1
+    assert executor.next_seconds_between_status_checks == 2
+
+
+def test_a_job_that_exited_non_zero_waits_for_its_state_and_reason_from_sacct(tmp_path: Path, sacct: FakeSacct) -> None:
+    executor = make_executor(tmp_path)
+    job = submitted(tmp_path, "45")
+    code = exits(executor, job, "1\n")
+    executor.active_jobs = [job]
+    assert executor._a_job_left_its_exit_code()
+    sacct.prints("45|RUNNING\n")
+    assert check(executor, [job]) == [job] and sacct.status_queries() == 1
+    assert not executor._a_job_left_its_exit_code()  # read once: no more early rounds for it
+    sacct.prints("45|FAILED\n")
+    assert check(executor, [job]) == []
+    assert executor.workflow.scheduler.failed == [job.job]
+    assert "SLURM status is: 'FAILED'" in job.job.errors[0][0] and job.aux["slurm_logfile"].exists()
+    assert not code.exists()
+
+
+def test_a_wait_ends_when_an_active_job_leaves_its_exit_code(tmp_path: Path) -> None:
+    executor = make_executor(tmp_path)
+    executor.wait = True  # as in a running workflow
+    executor.next_seconds_between_status_checks = 30
+    job, other = submitted(tmp_path, "46"), submitted(tmp_path, "47")
+    executor.active_jobs = [job]
+    exits(executor, other, "0\n")  # not one of the active jobs: no reason to look now
+    threading.Timer(0.5, exits, args=(executor, job, "0\n")).start()
+    started = time.monotonic()
+    asyncio.run(executor.sleep())
+    assert 0.4 < time.monotonic() - started < 3
+    executor.wait = False
 
 
 # --- states ---------------------------------------------------------------------------------
@@ -422,6 +482,43 @@ def test_on_slurm_a_scancelled_job_fails_where_the_plugin_sees_it_running(slurm_
         assert f"SLURM job {jobid} ended as 'CANCELLED by " in message and str(log) in message
     finally:
         subprocess.run(["scancel", jobid], check=False)
+
+
+EXIT_CODE_SNAKEFILE = """
+rule all:
+    input: "ok.txt", "failed.txt"
+
+rule ok:
+    output: "ok.txt"
+    resources: mem_mb=100, runtime=5
+    shell: "echo ok > {output}"
+
+rule fails:
+    output: "failed.txt"
+    resources: mem_mb=100, runtime=5
+    shell: "exit 3"
+"""
+
+
+@pytest.mark.slurm
+@pytest.mark.parametrize("as_script", [False, True], ids=["wrap", "pass-command-as-script"])
+def test_on_slurm_a_job_that_exited_0_is_done_by_its_exit_code_a_failure_by_sacct(
+    slurm_cluster: None, tmp_path: Path, as_script: bool
+) -> None:
+    """Both ways the plugin hands sbatch the command, 10 s between status queries: the
+    success is seen from the exit code file, the failure still gets sacct's state and the log."""
+    (tmp_path / "Snakefile").write_text(EXIT_CODE_SNAKEFILE)
+    command = [*SNAKEMAKE, "--executor", "snakedvc-slurm", "--jobs", "2", "--verbose", "--keep-going"]
+    command += ["--snakedvc-slurm-init-seconds-before-status-checks", "10", "--snakedvc-slurm-logdir", "slurm-logs"]
+    command += ["--snakedvc-slurm-pass-command-as-script"] if as_script else []
+    done = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    output = done.stdout + done.stderr
+    assert done.returncode != 0 and (tmp_path / "ok.txt").read_text() == "ok\n", output[-3000:]
+    jobs = slurm_jobs_by_rule(output)
+    assert f"SLURM job {jobs['ok'][0]} exited 0 (exit code file): done." in output
+    assert f"SLURM-job '{jobs['fails'][0]}' failed, SLURM status is: 'FAILED'" in output
+    assert f"slurm-logs/rule_fails/{jobs['fails'][0]}.log" in output
+    assert not (tmp_path / ".snakemake/snakedvc-slurm").exists()  # the run's exit codes are cleared
 
 
 @pytest.mark.slurm

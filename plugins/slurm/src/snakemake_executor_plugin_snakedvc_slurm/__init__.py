@@ -27,11 +27,15 @@ Executor, and each fix is also a ready upstream patch in docs/upstream/ (README.
   Here the account of your recent jobs is read with a proper argument list, once, and
   logged in one line.
 
-One change of behaviour besides: a job runs in the Snakemake that its batch script starts
-(Snakemake's local executor), not through the jobstep's `srun` step and a second Snakemake (see
+Two changes of behaviour besides. A job's end is seen without waiting for accounting: its batch
+script leaves its exit code in a file (with_exit_code_file), which the status loop looks for every
+0.25 s (a directory listing on the submit host, no SLURM call); exit 0 is reported as success at
+once, anything else still waits for sacct's state and failure reason (Executor.sleep and
+check_active_jobs). And a job runs in the Snakemake that its batch script starts (Snakemake's local
+executor), not through the jobstep's `srun` step and a second Snakemake (see
 Executor.format_job_exec). A command that needs a job step of its own (multi-node training, a
 checkpointing trainer that must receive `--signal=TERM@...`) makes it: `snakedvc launch` does.
-Jobs with the `mpi` resource and array jobs keep the jobstep.
+Jobs with the `mpi` resource and array jobs keep the jobstep (and sacct alone for their end).
 
 Snakemake names a plugin's settings after the plugin, so in a profile they are spelled
 `snakedvc-slurm-<setting>` (e.g. `snakedvc-slurm-status-command`).
@@ -41,15 +45,20 @@ Snakemake names a plugin's settings after the plugin, so in a profile they are s
 # the settings' field types, which must be real types, not strings.
 
 import asyncio
+import contextlib
 import getpass
 import importlib.metadata
 import logging
+import math
+import os
 import shlex
+import shutil
 import subprocess
 import threading
 import time
-from collections.abc import AsyncGenerator, Iterator
+from collections.abc import AsyncGenerator, Iterable, Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from packaging.specifiers import SpecifierSet
@@ -125,8 +134,8 @@ STATUS_FAILURES_BEFORE_WARNING = 3
 # executor in its job. Per thread (the plugin submits from two), and not per executor: upstream's
 # tests build Executors without their constructor.
 _BUILDING = threading.local()
-# How often a status-check wait looks whether a submission shortened it.
-SLEEP_SLICE_SECONDS = 0.5
+# How often a status-check wait looks whether a submission shortened it or a job left its exit code.
+SLEEP_SLICE_SECONDS = 0.25
 
 
 @dataclass
@@ -171,6 +180,34 @@ def next_status_interval(previous: float, *, finished: bool, init: float, cap: f
     return min(init if finished else previous * factor, cap)
 
 
+def with_exit_code_file(command: str, folder: Path, *, wrapped: bool) -> str:
+    """``command``, then its exit status written to ``folder``/$SLURM_JOB_ID (complete or not at all:
+    written aside, then renamed), and the batch script's exit with that same status.
+    ``wrapped``: the plugin passes the command as sbatch --wrap="..." through a shell on the submit
+    host, which would expand a bare `$` there."""
+    dollar = "\\$" if wrapped else "$"
+    path = f"{shlex.quote(str(folder))}/{dollar}SLURM_JOB_ID"
+    return (
+        f"{command}; status={dollar}?; echo {dollar}status > {path}.part && mv {path}.part {path}; exit {dollar}status"
+    )
+
+
+def read_exit_codes(folder: Path, jobids: Iterable[str]) -> dict[str, int]:
+    """The exit codes that these jobs' batch scripts left in ``folder`` (with_exit_code_file)."""
+    try:
+        names = set(os.listdir(folder))
+    except OSError:  # not made yet: no job submitted
+        return {}
+    codes = {}
+    for jobid in jobids:
+        if jobid in names:
+            try:
+                codes[jobid] = int((folder / jobid).read_text())
+            except (OSError, ValueError):  # not a file we wrote: sacct decides
+                continue
+    return codes
+
+
 def last_account(sacct_output: str) -> str | None:
     """The account of the newest job in `sacct -n -o Account` output, None when there is none."""
     lines = [line.strip() for line in sacct_output.splitlines() if line.strip()]
@@ -211,6 +248,15 @@ class Executor(SlurmExecutor):
         self._guessed_account_arg: str | None = None
         self._account_lock = threading.Lock()
         self._failed_status_queries = 0  # in a row
+        self._last_query_at = -math.inf  # time.monotonic() of the last status query
+        # Jobs whose batch script left a non-zero exit code: sacct gives their state and reason; a
+        # wait is not cut short for them again.
+        self._exit_codes_read: set[str] = set()
+
+    @property
+    def exit_code_folder(self) -> Path:
+        """Where this run's batch scripts leave their exit codes (Executor.format_job_exec)."""
+        return Path(self.workflow.workdir_init, ".snakemake", "snakedvc-slurm", self.run_uuid)
 
     def _initial_interval(self) -> float:
         settings = self.workflow.executor_settings
@@ -229,24 +275,62 @@ class Executor(SlurmExecutor):
         # so run_jobs shortening it would only apply to the wait after next. Waiting in
         # slices that re-read the interval makes a submission's reset take effect now, and
         # lets shutdown (which sets `wait` False, then joins this thread) end without a wait.
+        # The slices also look for exit codes (with_exit_code_file): a job that has ended is handled
+        # now, not when accounting has heard of it and the back-off has run out.
         started = time.monotonic()
         while self.wait and (left := self.next_seconds_between_status_checks - (time.monotonic() - started)) > 0:
+            if self._a_job_left_its_exit_code():
+                return
             await asyncio.sleep(min(left, SLEEP_SLICE_SECONDS))
+
+    def _a_job_left_its_exit_code(self) -> bool:
+        with self.lock:  # Snakemake's, guarding active_jobs
+            waiting = {job.external_jobid for job in self.active_jobs}
+        if not waiting:  # (also: the status thread's first wait may come before __post_init__)
+            return False
+        waiting -= self._exit_codes_read
+        try:
+            return not waiting.isdisjoint(os.listdir(self.exit_code_folder))
+        except OSError:
+            return False
 
     async def check_active_jobs(self, active_jobs: list[SubmittedJobInfo]) -> AsyncGenerator[SubmittedJobInfo, None]:
         # Why: plugin 2.7-2.8 matches sacct states whole, so "CANCELLED by <uid>" (every
         # scancel) counts as running forever; and it queries and backs off linearly to 180 s.
-        # Here one query per round reads each state's first word. Jobs still queued or
-        # running go straight back; suffixed failures are reported here; jobs in any other
-        # state (COMPLETED, FAILED, TIMEOUT, NODE_FAIL, PREEMPTED, ...) go to the plugin,
-        # whose handling of them (failure reasons, log deletion, failed-node tracking) is
-        # then unchanged.
+        # Here a job whose batch script exited 0 is done without asking SLURM; for the others one
+        # query per round reads each state's first word. Jobs still queued or running go straight
+        # back; suffixed failures are reported here; jobs in any other state (COMPLETED, FAILED,
+        # TIMEOUT, NODE_FAIL, PREEMPTED, ...) go to the plugin, whose handling of them (failure
+        # reasons, log deletion, failed-node tracking) is then unchanged.
+        still_active = await self._check(active_jobs)
+        for job in still_active:
+            yield job
+        for jobid in {job.external_jobid for job in active_jobs} - {job.external_jobid for job in still_active}:
+            self._exit_codes_read.discard(jobid)
+            (self.exit_code_folder / jobid).unlink(missing_ok=True)
+
+    async def _check(self, active_jobs: list[SubmittedJobInfo]) -> list[SubmittedJobInfo]:
+        """One status round: reports the jobs that ended, returns those still queued or running."""
         previous = self.next_seconds_between_status_checks
-        if not active_jobs:  # nothing to ask SLURM; the next job gets a prompt first look
+        if not active_jobs:  # (also: Snakemake's status thread runs a first round before __post_init__)
             self.next_seconds_between_status_checks = self._initial_interval()
-            return
+            return []
+        codes = read_exit_codes(self.exit_code_folder, [job.external_jobid for job in active_jobs])
+        self._exit_codes_read.update(jobid for jobid, code in codes.items() if code != 0)
+        exited_zero = [job for job in active_jobs if codes.get(job.external_jobid) == 0]
+        for job in exited_zero:
+            self._report_success(job)
+        others = [job for job in active_jobs if codes.get(job.external_jobid) != 0]
+        init = self._initial_interval()
+        if not others or (exited_zero and time.monotonic() - self._last_query_at < init):
+            # Nothing to ask SLURM, or the round was started by an exit code moments after the last
+            # query: the next look comes soon (a successor is usually being submitted).
+            self.next_seconds_between_status_checks = init
+            return others
         command, states = await self._query_states()
-        finished = False
+        self._last_query_at = time.monotonic()
+        still_active: list[SubmittedJobInfo] = []
+        finished = bool(exited_zero)
         if states is None:
             # Not handed to the plugin: when its own query fails too it yields none of the
             # jobs, Snakemake forgets them and the workflow hangs. Keep them, ask next round.
@@ -257,16 +341,15 @@ class Executor(SlurmExecutor):
                     f"are kept as running and queried again. Run it to see why: {command}. Without an accounting "
                     "database (slurmdbd) sacct cannot work: set snakedvc-slurm-status-command: squeue."
                 )
-            for job in active_jobs:
-                yield job
+            still_active = others
         else:
             self._failed_status_queries = 0
             for_plugin: list[SubmittedJobInfo] = []
-            for job in active_jobs:
+            for job in others:
                 state = self._state_of(job, states)
                 word = state.split()[0] if state else None
                 if word is None or word in ACTIVE_STATES:
-                    yield job  # queued, running, or not in accounting yet (as the plugin does)
+                    still_active.append(job)  # queued, running, or not in accounting yet (as the plugin does)
                 elif word in FAIL_STATES and word != state:
                     logfile = job.aux.get("slurm_logfile")
                     self.report_job_error(
@@ -278,20 +361,31 @@ class Executor(SlurmExecutor):
                 else:
                     for_plugin.append(job)
             if for_plugin:
-                still_active = [job async for job in super().check_active_jobs(for_plugin)]
-                for job in still_active:
-                    yield job
-                finished = finished or len(still_active) < len(for_plugin)
+                left = [job async for job in super().check_active_jobs(for_plugin)]
+                still_active += left
+                finished = finished or len(left) < len(for_plugin)
         # min(): the plugin's own update (when it ran) does not count, a submission's reset does.
         previous = min(previous, self.next_seconds_between_status_checks)
         settings = self.workflow.executor_settings
         self.next_seconds_between_status_checks = next_status_interval(
             previous,
             finished=finished,
-            init=self._initial_interval(),
+            init=init,
             cap=settings.max_seconds_between_status_checks,
             factor=settings.status_backoff_factor,
         )
+        return still_active
+
+    def _report_success(self, job: SubmittedJobInfo) -> None:
+        # What the plugin does for a job that sacct shows COMPLETED (its check_active_jobs).
+        self.logger.debug(f"SLURM job {job.external_jobid} exited 0 (exit code file): done.")
+        self.report_job_success(job)
+        logfile = job.aux.get("slurm_logfile")
+        if logfile and not self.workflow.executor_settings.keep_successful_logs:
+            try:
+                Path(logfile).unlink(missing_ok=True)
+            except OSError as e:
+                self.logger.warning(f"Could not remove SLURM log file {logfile}: {e}")
 
     async def _query_states(self) -> tuple[str, dict[str, str] | None]:
         """The plugin's own status command, and job id -> SLURM state from it (None if it failed)."""
@@ -324,9 +418,21 @@ class Executor(SlurmExecutor):
         uses_jobstep = getattr(_BUILDING, "array", False) or "mpi" in job.resources.keys()  # noqa: SIM118
         _BUILDING.local = not uses_jobstep
         try:
-            return super().format_job_exec(job)
+            command = super().format_job_exec(job)
         finally:
             _BUILDING.local = False
+        if getattr(_BUILDING, "array", False):  # a task's id is not the array's: sacct only
+            return command
+        self.exit_code_folder.mkdir(parents=True, exist_ok=True)
+        wrapped = not self.workflow.executor_settings.pass_command_as_script
+        return with_exit_code_file(command, self.exit_code_folder, wrapped=wrapped)
+
+    def shutdown(self) -> None:
+        super().shutdown()
+        if not self.workflow.remote_execution_settings.immediate_submit:  # else jobs run after we exit
+            shutil.rmtree(self.exit_code_folder, ignore_errors=True)
+            with contextlib.suppress(OSError):  # another run's folder is there, or it is gone
+                self.exit_code_folder.parent.rmdir()
 
     def additional_general_args(self) -> str:
         if getattr(_BUILDING, "local", False):
