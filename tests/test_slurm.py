@@ -40,14 +40,18 @@ def sacct(jobid: str) -> dict[str, str]:
 
 
 def wait_for_sacct(jobid: str, timeout: float = 30) -> dict[str, str]:
+    """The job's accounting row once accounting has heard of its end: Snakemake goes on when the
+    batch script exits (its exit code file), which slurmdbd may learn a few seconds later."""
     deadline = time.time() + timeout
     while True:
         try:
-            return sacct(jobid)
+            row = sacct(jobid)
+            if row["state"] not in {"PENDING", "RUNNING", "COMPLETING"} or time.time() > deadline:
+                return row
         except (subprocess.CalledProcessError, IndexError, ValueError):
             if time.time() > deadline:
                 raise
-            time.sleep(0.5)
+        time.sleep(0.5)
 
 
 def test_pipeline_on_slurm_matches_local_and_asks_rule_resources(slurm_cluster, tmp_path: Path) -> None:

@@ -234,6 +234,13 @@ SQUEUE_ADVICE = "'squeue' should work reliably"
 
 
 class Executor(SlurmExecutor):
+    # Class-level defaults: upstream's tests build Executors without __post_init__, around a workflow
+    # stand-in without a working directory (then there are no exit code files: exit_code_folder None).
+    _last_query_at = -math.inf  # time.monotonic() of the last status query
+    # Jobs whose batch script left a non-zero exit code: sacct gives their state and reason; a wait
+    # is not cut short for them again. Replaced, never changed in place.
+    _exit_codes_read: frozenset[str] = frozenset()
+
     def __post_init__(self, test_mode: bool = False) -> None:
         quiet = _DropMessages(SQUEUE_ADVICE)
         if isinstance(self.logger, logging.Logger):
@@ -248,15 +255,12 @@ class Executor(SlurmExecutor):
         self._guessed_account_arg: str | None = None
         self._account_lock = threading.Lock()
         self._failed_status_queries = 0  # in a row
-        self._last_query_at = -math.inf  # time.monotonic() of the last status query
-        # Jobs whose batch script left a non-zero exit code: sacct gives their state and reason; a
-        # wait is not cut short for them again.
-        self._exit_codes_read: set[str] = set()
 
     @property
-    def exit_code_folder(self) -> Path:
+    def exit_code_folder(self) -> Path | None:
         """Where this run's batch scripts leave their exit codes (Executor.format_job_exec)."""
-        return Path(self.workflow.workdir_init, ".snakemake", "snakedvc-slurm", self.run_uuid)
+        workdir = getattr(self.workflow, "workdir_init", None)
+        return Path(workdir, ".snakemake", "snakedvc-slurm", self.run_uuid) if workdir else None
 
     def _initial_interval(self) -> float:
         settings = self.workflow.executor_settings
@@ -290,7 +294,7 @@ class Executor(SlurmExecutor):
             return False
         waiting -= self._exit_codes_read
         try:
-            return not waiting.isdisjoint(os.listdir(self.exit_code_folder))
+            return self.exit_code_folder is not None and not waiting.isdisjoint(os.listdir(self.exit_code_folder))
         except OSError:
             return False
 
@@ -305,9 +309,11 @@ class Executor(SlurmExecutor):
         still_active = await self._check(active_jobs)
         for job in still_active:
             yield job
-        for jobid in {job.external_jobid for job in active_jobs} - {job.external_jobid for job in still_active}:
-            self._exit_codes_read.discard(jobid)
-            (self.exit_code_folder / jobid).unlink(missing_ok=True)
+        ended = {job.external_jobid for job in active_jobs} - {job.external_jobid for job in still_active}
+        self._exit_codes_read -= ended
+        if ended and self.exit_code_folder is not None:
+            for jobid in ended:
+                (self.exit_code_folder / jobid).unlink(missing_ok=True)
 
     async def _check(self, active_jobs: list[SubmittedJobInfo]) -> list[SubmittedJobInfo]:
         """One status round: reports the jobs that ended, returns those still queued or running."""
@@ -315,8 +321,9 @@ class Executor(SlurmExecutor):
         if not active_jobs:  # (also: Snakemake's status thread runs a first round before __post_init__)
             self.next_seconds_between_status_checks = self._initial_interval()
             return []
-        codes = read_exit_codes(self.exit_code_folder, [job.external_jobid for job in active_jobs])
-        self._exit_codes_read.update(jobid for jobid, code in codes.items() if code != 0)
+        folder = self.exit_code_folder
+        codes = read_exit_codes(folder, [job.external_jobid for job in active_jobs]) if folder else {}
+        self._exit_codes_read |= {jobid for jobid, code in codes.items() if code != 0}
         exited_zero = [job for job in active_jobs if codes.get(job.external_jobid) == 0]
         for job in exited_zero:
             self._report_success(job)
@@ -423,13 +430,17 @@ class Executor(SlurmExecutor):
             _BUILDING.local = False
         if getattr(_BUILDING, "array", False):  # a task's id is not the array's: sacct only
             return command
-        self.exit_code_folder.mkdir(parents=True, exist_ok=True)
+        folder = self.exit_code_folder
+        if folder is None:
+            return command
+        folder.mkdir(parents=True, exist_ok=True)
         wrapped = not self.workflow.executor_settings.pass_command_as_script
-        return with_exit_code_file(command, self.exit_code_folder, wrapped=wrapped)
+        return with_exit_code_file(command, folder, wrapped=wrapped)
 
     def shutdown(self) -> None:
         super().shutdown()
-        if not self.workflow.remote_execution_settings.immediate_submit:  # else jobs run after we exit
+        if self.exit_code_folder and not self.workflow.remote_execution_settings.immediate_submit:
+            # (with immediate_submit the jobs run after we exit)
             shutil.rmtree(self.exit_code_folder, ignore_errors=True)
             with contextlib.suppress(OSError):  # another run's folder is there, or it is gone
                 self.exit_code_folder.parent.rmdir()
