@@ -245,8 +245,13 @@ def test_sharded_featurisation_on_slurm_matches_local_bytes(slurm_cluster, proje
     assert numbered_steps(split_job) == []
     run_snakemake(project, "--profile", "profiles/local", *config, "featurise={shards: 1}", "--", *targets)
     local = md5s()
-    # The profile's groups (32 shards a job), and groups of 3 shards.
-    for shards, per_group, extra in ((8, 32, []), (8, 3, ["--group-components", "shards=3"])):
+    # The profile's groups, and groups of 3 shards.
+    (profile_groups,) = [
+        int(item.split("=")[1])
+        for item in yaml.safe_load((REPO / "profiles/slurm/config.yaml").read_text())["group-components"]
+        if item.startswith("shards=")
+    ]
+    for shards, per_group, extra in ((8, profile_groups, []), (8, 3, ["--group-components", "shards=3"])):
         for target in targets:
             (project / target).unlink()
         proc = run_snakemake(
