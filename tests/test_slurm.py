@@ -59,6 +59,20 @@ def test_pipeline_on_slurm_matches_local_and_asks_rule_resources(slurm_cluster, 
     on_slurm = copy_project(tmp_path / "slurm")
     run_snakemake(local, "--profile", "profiles/local", *SMALL_RUN)
     proc = run_snakemake(on_slurm, "--profile", "profiles/slurm", *SMALL_RUN)
+    jobs = slurm_jobs_by_rule(proc.stdout + proc.stderr)
+
+    # The run's report reads what each job used from sacct: one row per SLURM job, named by its rule.
+    # Written straight after the run, before accounting may have heard of the last job's end: the
+    # report waits for it, so every job shows COMPLETED with its figures.
+    subprocess.run([sys.executable, "-m", "snakedvc", "report", "--", *SMALL_RUN], cwd=on_slurm, check=True)
+    page = (on_slurm / "results/report.html").read_text()
+    assert "From sacct (SLURM jobs in Snakemake&#x27;s last log)." in page
+    for rule, ids in jobs.items():
+        for jobid in ids:
+            row = re.search(rf"<tr><td>{jobid} {rule}[^<]*</td><td>COMPLETED</td>(.*?)</tr>", page)
+            assert row, (rule, jobid, re.findall(rf"<tr><td>{jobid} .*?</tr>", page))
+            elapsed, cpu, efficiency, rss, nodes = re.findall(r"<td>([^<]*)</td>", row.group(1))
+            assert float(elapsed) >= 0 and float(cpu) >= 0 and efficiency.endswith("%") and nodes == "1"
 
     for path in COMPARED:
         assert md5(local / path) == md5(on_slurm / path), f"{path} differs between local and SLURM"
@@ -70,7 +84,6 @@ def test_pipeline_on_slurm_matches_local_and_asks_rule_resources(slurm_cluster, 
         assert noise not in out, (noise, out[-3000:])
     assert out.count("SLURM account: ") <= 1
 
-    jobs = slurm_jobs_by_rule(out)
     assert {rule: len(ids) for rule, ids in jobs.items()} == {"split": 1, "featurise": 3, "train": 1, "evaluate": 1}
     params = yaml.safe_load((REPO / "config" / "config.yaml").read_text())["resources"]
     expected = {
@@ -93,16 +106,27 @@ def test_pipeline_on_slurm_matches_local_and_asks_rule_resources(slurm_cluster, 
                 assert "gres/gpu" not in row["tres"], (rule, row)
             assert row["state"] == "COMPLETED"
 
-    # The run's report reads what each job used from sacct: one row per SLURM job, named by its rule.
-    subprocess.run([sys.executable, "-m", "snakedvc", "report", "--", *SMALL_RUN], cwd=on_slurm, check=True)
-    page = (on_slurm / "results/report.html").read_text()
-    assert "From sacct (SLURM jobs in Snakemake&#x27;s last log)." in page
-    for rule, ids in jobs.items():
-        for jobid in ids:
-            row = re.search(rf"<tr><td>{jobid} {rule}[^<]*</td><td>COMPLETED</td>(.*?)</tr>", page)
-            assert row, (rule, jobid)
-            elapsed, cpu, efficiency, rss, nodes = re.findall(r"<td>([^<]*)</td>", row.group(1))
-            assert float(elapsed) >= 0 and float(cpu) >= 0 and efficiency.endswith("%") and nodes == "1"
+
+def test_report_waits_for_accounting_to_hear_of_a_finished_runs_last_jobs(slurm_cluster, tmp_path: Path) -> None:
+    from snakedvc.report import sacct_jobs
+
+    # A job that is still running when the report asks: without waiting, its row says so (once
+    # accounting lists it at all).
+    jobid = subprocess.run(
+        ["sbatch", "--parsable", "-D", str(tmp_path), "-o", "/dev/null", "--wrap", "sleep 6"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    deadline = time.monotonic() + 30
+    while not (listed := sacct_jobs({jobid: "sleep"})) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert listed[0]["state"] in {"PENDING", "RUNNING"}, listed
+    # A run that is over: asks again until accounting shows the job's end.
+    start = time.monotonic()
+    (settled,) = sacct_jobs({jobid: "sleep"}, settle_s=60)
+    assert settled["state"] == "COMPLETED" and settled["elapsed_s"] >= 6, settled
+    assert time.monotonic() - start < 30
 
 
 def test_failed_rule_names_rule_and_log(slurm_cluster, project: Path) -> None:

@@ -23,6 +23,7 @@ import json
 import shutil
 import subprocess
 import sys
+import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,6 +34,12 @@ import yaml
 from snakedvc.io import atomic_path
 from snakedvc.live import PLOTS_DIR, find_logs
 from snakedvc.runs import submitted_slurm_jobs
+
+# sacct states of a job that has not ended. Accounting hears of a job's end a moment after
+# Snakemake does (snakedvc-slurm sees the exit code the batch script leaves), so a report written
+# straight after a run waits a little for it (ACCOUNTING_SETTLE_S).
+NOT_ENDED = frozenset({"PENDING", "RUNNING", "COMPLETING", "CONFIGURING", "REQUEUED", "RESIZING"})
+ACCOUNTING_SETTLE_S = 20.0
 
 IMAGE_TYPES = {".png": "image/png", ".jpg": "image/jpeg", ".jpeg": "image/jpeg", ".svg": "image/svg+xml"}
 
@@ -170,11 +177,24 @@ def slurm_jobs(log_text: str) -> dict[str, str]:
     return jobs
 
 
-def sacct_jobs(names: dict[str, str]) -> list[dict[str, Any]]:
-    """Per SLURM job: what it ran, state, elapsed, CPU time and efficiency, the largest MaxRSS of its steps."""
+def sacct_jobs(names: dict[str, str], settle_s: float = 0.0) -> list[dict[str, Any]]:
+    """Per SLURM job: what it ran, state, elapsed, CPU time and efficiency, the largest MaxRSS of its steps.
+    With ``settle_s`` (the run is over), asks again each second, for up to that long, while a job
+    still shows as not ended or accounting does not list it yet."""
     job_ids = list(names)
     if not job_ids or shutil.which("sacct") is None:
         return []
+    deadline = time.monotonic() + settle_s
+    while True:
+        rows = _sacct_rows(names)
+        settled = len(rows) == len(job_ids) and not any(row["state"] in NOT_ENDED for row in rows)
+        if settled or time.monotonic() >= deadline:
+            return rows
+        time.sleep(1)
+
+
+def _sacct_rows(names: dict[str, str]) -> list[dict[str, Any]]:
+    job_ids = list(names)
     fields = "JobID,State,ElapsedRaw,TotalCPU,AllocCPUS,MaxRSS,NNodes"
     proc = subprocess.run(
         ["sacct", "-n", "-P", "--format", fields, "-j", ",".join(job_ids)],
@@ -300,7 +320,9 @@ def collect(root: Path, title: str, snakemake_args: Sequence[str] = (), sweep_di
         if path.is_file():
             report.images.append((name, IMAGE_TYPES[path.suffix.lower()], path.read_bytes()))
     report.dag_svg, report.dag_note = job_dag_svg(root, snakemake_args)
-    slurm = sacct_jobs(slurm_jobs(_latest_snakemake_log(root)))
+    last_log = _latest_snakemake_log(root)
+    run_over = "Complete log(s):" in last_log  # Snakemake's last line, after success or failure
+    slurm = sacct_jobs(slurm_jobs(last_log), ACCOUNTING_SETTLE_S if run_over else 0.0)
     report.jobs, report.jobs_source = (
         (slurm, "sacct (SLURM jobs in Snakemake's last log)")
         if slurm
