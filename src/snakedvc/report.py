@@ -35,10 +35,29 @@ from snakedvc.io import atomic_path
 from snakedvc.live import PLOTS_DIR, find_logs
 from snakedvc.runs import submitted_slurm_jobs
 
-# sacct states of a job that has not ended. Accounting hears of a job's end a moment after
-# Snakemake does (snakedvc-slurm sees the exit code the batch script leaves), so a report written
-# straight after a run waits a little for it (ACCOUNTING_SETTLE_S).
-NOT_ENDED = frozenset({"PENDING", "RUNNING", "COMPLETING", "CONFIGURING", "REQUEUED", "RESIZING"})
+# SLURM states of a job that is still queued or running: snakedvc-slurm's ACTIVE_STATES, kept apart
+# because the plugin does not depend on the kit (tests/test_executor_plugin.py checks they agree).
+# Accounting hears of a job's end a moment after Snakemake does (snakedvc-slurm sees the exit code
+# the batch script leaves), so a report written straight after a run waits a little for it.
+ACTIVE_STATES = frozenset(
+    {
+        "PENDING",
+        "RUNNING",
+        "REQUEUED",
+        "REQUEUE_FED",
+        "REQUEUE_HOLD",
+        "RESIZING",
+        "SUSPENDED",
+        "CONFIGURING",
+        "COMPLETING",
+        "STAGE_OUT",
+        "SIGNALING",
+        "SPECIAL_EXIT",
+        "STOPPED",
+        "RESV_DEL_HOLD",
+        "POWER_UP_NODE",
+    }
+)
 ACCOUNTING_SETTLE_S = 20.0
 
 IMAGE_TYPES = {".png": "image/png", ".jpg": "image/jpeg", ".jpeg": "image/jpeg", ".svg": "image/svg+xml"}
@@ -187,7 +206,7 @@ def sacct_jobs(names: dict[str, str], settle_s: float = 0.0) -> list[dict[str, A
     deadline = time.monotonic() + settle_s
     while True:
         rows = _sacct_rows(names)
-        settled = len(rows) == len(job_ids) and not any(row["state"] in NOT_ENDED for row in rows)
+        settled = len(rows) == len(job_ids) and not any(row["state"] in ACTIVE_STATES for row in rows)
         if settled or time.monotonic() >= deadline:
             return rows
         time.sleep(1)
