@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -11,7 +12,7 @@ from types import SimpleNamespace
 import pytest
 
 import snakedvc
-from snakedvc.tracking import TrackingError, experiment_files, run_dvc
+from snakedvc.tracking import TrackingError, experiment_files, run_dvc, save_experiment
 from tests.conftest import REPO, dvc, git
 
 KIT = REPO / "src" / "snakedvc"
@@ -140,18 +141,55 @@ def dvc_repo(tmp_path: Path) -> Path:
 
 def test_an_experiment_without_its_configured_metrics_is_an_error(dvc_repo: Path) -> None:
     config = {"snakedvc": {"experiment": {"metrics": ["out/metrics.json"], "files": ["out/curve.csv"]}}}
+    own = ["out/metrics.json", "out/curve.csv", "out/model.pt"]
     with pytest.raises(TrackingError, match=r"did not produce out/metrics.json, out/curve.csv"):
-        experiment_files(config, dvc_repo)
+        experiment_files(config, own, dvc_repo)
     (dvc_repo / "out").mkdir()
     (dvc_repo / "out/metrics.json").write_text("{}")
     (dvc_repo / "out/curve.csv").write_text("x\n")
     (dvc_repo / "out/model.pt").write_bytes(b"weights")
     dvc(dvc_repo, "add", "out/model.pt")
-    files = experiment_files(config, dvc_repo)
+    # Another run's tracked output, still in the workspace: not this run's record.
+    (dvc_repo / "old").mkdir()
+    (dvc_repo / "old/model.pt").write_bytes(b"an earlier run's weights")
+    dvc(dvc_repo, "add", "old/model.pt")
+    files = experiment_files(config, own, dvc_repo)
     assert files == sorted(
         ["out/.gitignore", "out/model.pt.dvc", "out/metrics.json", "out/curve.csv", "results/params.yaml"]
     )
     assert not [f for f in files if f.startswith(".dvc/")]
+    # A configured metrics file that lies in the workspace but no job of this run wrote.
+    with pytest.raises(TrackingError, match=r"out/curve.csv .* is not an output of any job of this run"):
+        experiment_files(config, ["out/metrics.json", "out/model.pt"], dvc_repo)
+
+
+def test_an_experiment_commit_holds_only_its_own_runs_results(dvc_repo: Path) -> None:
+    """dvc exp save commits every untracked file dvc.yaml names as a metric; git keeps tracked ones.
+    The kit's trim leaves out those its run did not write, and DVC's scratch files."""
+    (dvc_repo / "dvc.yaml").write_text(
+        "params: [results/params.yaml]\nmetrics: [results/metrics.json, results/trial.json]\n"
+        "plots:\n  - results/live/plots/metrics:\n      x: step\n"
+    )
+    (dvc_repo / "results/live/plots/metrics").mkdir(parents=True)
+    (dvc_repo / "results/metrics.json").write_text('{"accuracy": 0.5}')  # a committed, older result
+    git(dvc_repo, "add", "-A")
+    git(dvc_repo, "-c", "user.email=t@e", "-c", "user.name=t", "commit", "-q", "-m", "results of run A")
+    (dvc_repo / "results/live/plots/metrics/loss.tsv").write_text("step\tloss\n1\t0.3\n")  # run A's, untracked
+    (dvc_repo / "results/trial.json").write_text('{"accuracy": 0.9}')  # this run's
+    config = {"snakedvc": {"experiment": {"metrics": ["results/trial.json"]}}}
+    name = save_experiment(config, ["results/trial.json"], name="trial", root=dvc_repo)
+    ref = next(r for r in git(dvc_repo, "for-each-ref", "--format=%(refname)", "refs/exps").split() if r.endswith("/trial"))
+    committed = git(dvc_repo, "ls-tree", "-r", "--name-only", ref).split()
+    assert name == "trial"
+    assert "results/trial.json" in committed and "results/params.yaml" in committed
+    assert "results/metrics.json" not in committed and "results/live/plots/metrics/loss.tsv" not in committed
+    assert not [path for path in committed if path.startswith(".dvc/tmp")]
+    assert git(dvc_repo, "rev-parse", f"{ref}^") == git(dvc_repo, "rev-parse", "HEAD")  # baseline kept
+    shown = json.loads(dvc(dvc_repo, "exp", "show", "--json").stdout)
+    (exp,) = shown[1]["experiments"]
+    metrics = exp["revs"][0]["data"]["metrics"]
+    assert metrics["results/trial.json"]["data"] == {"accuracy": 0.9}
+    assert "data" not in metrics["results/metrics.json"]
 
 
 def test_a_failing_dvc_command_shows_dvcs_own_message(dvc_repo: Path, tmp_path: Path) -> None:

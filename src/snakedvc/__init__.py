@@ -11,7 +11,8 @@ In a Snakefile
 - ``tracked(config, *outputs)``: the ``.dvc`` targets that record outputs in DVC.
 - ``training_resources(nodes, gpus_per_node)``: a training rule's SLURM resources for that layout
   (``resources: **snakedvc.training_resources(K, G)``).
-- ``finish_run(config)``: in ``onsuccess``, save the run (or every sweep trial) as a DVC experiment.
+- ``finish_run(config, workflow)``: in ``onsuccess``, save the run (or every sweep trial) as a DVC
+  experiment holding only what the run's own DAG produced.
 - ``ConfigError``, ``validate_config(config, schema)``: schema validation for a user's own checks.
 
 In a step a rule runs

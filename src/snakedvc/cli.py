@@ -81,10 +81,11 @@ def cmd_sweep_report(args: argparse.Namespace) -> None:
 def cmd_report(args: argparse.Namespace) -> None:
     from snakedvc.report import write_report
 
+    from snakedvc.records import read_record
+
     sweep = args.sweep
-    if sweep is None:  # the sweep's report folder, if the run was one sweep
-        found = sorted(Path(".").glob("results/sweeps/*/report/summary.csv"))
-        sweep = str(found[0].parent) if len(found) == 1 else None
+    if sweep is None:  # the sweep's report folder, if the last run was a sweep
+        sweep = (read_record(".") or {}).get("sweep")
     snakemake_args = args.snakemake_args[1:] if args.snakemake_args[:1] == ["--"] else args.snakemake_args
     path = write_report(".", args.out, args.title, snakemake_args, sweep)
     print(f"report: {path}")
@@ -199,7 +200,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = step("report", cmd_report, "one self-contained HTML page of the run: metrics, curves, plots, DAG, resources")
     p.add_argument("--out", default="results/report.html", help="where to write it (default results/report.html)")
     p.add_argument("--title", default="", help="the page's title (default: the project folder's name)")
-    p.add_argument("--sweep", help="a sweep's report folder to include (default: the one under results/sweeps, if one)")
+    p.add_argument("--sweep", help="a sweep's report folder to include (default: the last run's, if it was a sweep)")
     p.add_argument(
         "snakemake_args", nargs=argparse.REMAINDER, help="-- then the run's config arguments, for its job DAG"
     )

@@ -33,6 +33,7 @@ import yaml
 
 from snakedvc.io import atomic_path
 from snakedvc.live import PLOTS_DIR, find_logs
+from snakedvc.records import dvc_yaml_entries, read_record, within
 from snakedvc.runs import submitted_slurm_jobs
 
 # SLURM states of a job that is still queued or running: snakedvc-slurm's ACTIVE_STATES, kept apart
@@ -75,6 +76,7 @@ class Report:
     jobs: list[dict[str, Any]] = field(default_factory=list)
     jobs_source: str = ""
     sweep: str = ""  # the sweep section's HTML
+    note: str = ""  # said under the title: where the report's figures come from
 
 
 def flatten(value: Any, prefix: str = "") -> dict[str, Any]:
@@ -89,12 +91,6 @@ def flatten(value: Any, prefix: str = "") -> dict[str, Any]:
 def read_structured(path: Path) -> Any:
     text = path.read_text()
     return json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
-
-
-def dvc_yaml_entries(root: Path) -> dict[str, list[Any]]:
-    path = root / "dvc.yaml"
-    data = yaml.safe_load(path.read_text()) if path.is_file() else {}
-    return {key: list((data or {}).get(key) or []) for key in ("params", "metrics", "plots")}
 
 
 def plot_image_paths(entries: Iterable[Any]) -> list[str]:
@@ -319,24 +315,34 @@ def sweep_section(report_dir: Path) -> str:
 def collect(root: Path, title: str, snakemake_args: Sequence[str] = (), sweep_dir: Path | None = None) -> Report:
     entries = dvc_yaml_entries(root)
     report = Report(title=title)
+    record = read_record(root)
+
+    def ours(path: str) -> bool:
+        """Only what the last run produced (its record); without a record, whatever the workspace holds."""
+        return record is None or within(path, [*record["outputs"], record["params"]])
+
+    if record is None:
+        report.note = "No run record (.snakedvc/last-run.json): showing the files the workspace holds."
     for name in entries["metrics"]:
         path = root / str(name)
-        if path.is_file():
+        if path.is_file() and ours(str(name)):
             report.metrics[str(name)] = flatten(read_structured(path))
     for name in entries["params"]:
-        if isinstance(name, str) and (root / name).is_file():
+        if isinstance(name, str) and (root / name).is_file() and ours(name):
             report.params.update(flatten(read_structured(root / name)))
-    results = root / "results"
-    for folder in find_logs(results) if results.is_dir() else []:
+    # dvclive folders among the run's output folders (without a record: under results/).
+    bases = [root / p for p in record["outputs"]] if record else [root / "results"]
+    folders = {folder for base in bases if base.is_dir() for folder in find_logs(base)}
+    for folder in sorted(folders):
         relative = folder.relative_to(root)
-        if sweep_dir and folder.is_relative_to(sweep_dir.parent):
-            continue  # the sweep's trials (and the report's copies): the sweep section draws them together
+        if not ours(str(relative)) or (sweep_dir and folder.is_relative_to(sweep_dir.parent)):
+            continue  # another run's; or the sweep's trials, which the sweep section draws together
         curves = read_curves(folder)
         if curves:
             report.curves.append((str(relative), curves_png({str(relative): curves}, str(relative))))
     for name in plot_image_paths(entries["plots"]):
         path = root / name
-        if path.is_file():
+        if path.is_file() and ours(name):
             report.images.append((name, IMAGE_TYPES[path.suffix.lower()], path.read_bytes()))
     report.dag_svg, report.dag_note = job_dag_svg(root, snakemake_args)
     last_log = _latest_snakemake_log(root)
@@ -411,6 +417,7 @@ def render(report: Report) -> str:
         f"<title>{html.escape(report.title)}</title><style>{STYLE}</style></head><body>",
         f"<h1>{html.escape(report.title)}</h1>",
         f'<p class="meta">Written {dt.datetime.now().strftime("%Y-%m-%d %H:%M:%S")} by snakedvc report.</p>',
+        f'<p class="meta" id="note">{html.escape(report.note)}</p>' if report.note else "",
         '<h2 id="metrics">Metrics</h2>',
     ]
     if not report.metrics:

@@ -28,6 +28,7 @@ import yaml
 
 from snakedvc.config import KEY
 from snakedvc.io import atomic_path
+from snakedvc.records import dag_outputs, record_paths, within, write_record
 
 log = logging.getLogger(__name__)
 
@@ -163,10 +164,12 @@ def changed_dvc_files(root: Path | str = ".") -> list[str]:
     return sorted(found)
 
 
-def experiment_files(config: dict[str, Any], root: Path | str = ".") -> list[str]:
-    """What the experiment commit holds: changed .dvc files, the effective params, the configured results.
+def experiment_files(config: dict[str, Any], own: Sequence[str], root: Path | str = ".") -> list[str]:
+    """What the experiment commit holds beyond the code: the run's own new or changed .dvc files (and
+    the .gitignore files DVC wrote beside them), the effective params, the configured results.
 
-    A configured metrics file or file (or folder) that the run did not produce is an error, not a silent save.
+    ``own``: the run's manifest (records.dag_outputs). A configured metrics file or file (or folder)
+    that the run did not produce, missing or left by another run, is an error, not a silent save.
     """
     settings = experiment_settings(config)
     wanted = [*settings["metrics"], *settings["files"]]
@@ -177,26 +180,47 @@ def experiment_files(config: dict[str, Any], root: Path | str = ".") -> list[str
             f"experiment not saved: the run did not produce {', '.join(missing)} "
             "(named in snakedvc.experiment.metrics / files of the config)"
         )
-    return sorted({*changed_dvc_files(root), settings["params"], *wanted})
+    foreign = [name for name in wanted if not within(name, own)]
+    if foreign:
+        raise TrackingError(
+            f"experiment not saved: {', '.join(foreign)} (snakedvc.experiment.metrics / files of the config) "
+            "is not an output of any job of this run: name outputs of the rules the run's targets need"
+        )
+    dvc_files = [
+        path
+        for path in changed_dvc_files(root)
+        if (path.endswith(".dvc") and within(path.removesuffix(".dvc"), own))
+        or (Path(path).name == ".gitignore" and any(within(str(Path(path).parent / n), own) for n in _ignored(root, path)))
+    ]
+    return sorted({*dvc_files, settings["params"], *wanted})
+
+
+def _ignored(root: Path | str, gitignore: str) -> list[str]:
+    """The names a .gitignore that DVC wrote lists (its lines are '/<name>')."""
+    text = (Path(root) / gitignore).read_text() if (Path(root) / gitignore).is_file() else ""
+    return [line.strip().lstrip("/") for line in text.splitlines() if line.strip() and not line.startswith("#")]
 
 
 def save_experiment(
     config: dict[str, Any],
+    own: Sequence[str],
     name: str = "",
     message: str = "",
     root: Path | str = ".",
     files: Sequence[str] | None = None,
 ) -> str:
-    """`dvc exp save` the workspace with the effective params; returns the experiment's name.
+    """`dvc exp save` the run with its effective params; returns the experiment's name.
 
-    ``files``: the files the experiment commit holds (default: experiment_files()).
+    ``own``: the paths the run produced (its manifest); ``files``: what the experiment commit adds
+    (default: experiment_files()). The commit is then trimmed to the run's own results: a metrics or
+    plots path of dvc.yaml outside ``own`` and ``files`` is left out, wherever it came from.
     """
     settings = experiment_settings(config)
     name = name or settings["name"]
     if name:
         validate_experiment_name(name)
     write_effective_params(config, settings["params"], root)
-    included = experiment_files(config, root) if files is None else files
+    included = experiment_files(config, own, root) if files is None else list(files)
     args = ["exp", "save", "--force"] if name else ["exp", "save"]
     if name:
         args += ["--name", name]
@@ -204,11 +228,12 @@ def save_experiment(
         args += ["--message", message]
     for path in included:
         args += ["--include-untracked", path]
+    keep = [*own, *included, settings["params"]]
     with repo_lock(root):
         out = run_dvc(args, root)
         match = re.search(r"saved as:\s*(\S+)", out)
         saved = match.group(1) if match else name
-        drop_dvc_tmp(saved, root)
+        trim_experiment(saved, keep, record_paths(root), root)
         if settings["push"]:
             run_dvc(["push", "--quiet"], root)
             run_dvc(["exp", "push", "origin", saved], root)
@@ -219,31 +244,36 @@ def save_experiment(
     return saved
 
 
-def _git(root: Path | str, *args: str, env: dict[str, str] | None = None) -> str:
-    proc = subprocess.run(["git", *args], cwd=root, capture_output=True, text=True, env=env)
+def _git(root: Path | str, *args: str, env: dict[str, str] | None = None, stdin: str | None = None) -> str:
+    proc = subprocess.run(["git", *args], cwd=root, capture_output=True, text=True, env=env, input=stdin)
     if proc.returncode != 0:
         raise TrackingError(f"git {' '.join(args)} failed in {Path(root).resolve()}:\n{proc.stderr.strip()}")
     return proc.stdout.strip()
 
 
-def drop_dvc_tmp(name: str, root: Path | str = ".") -> None:
-    """Remove DVC's scratch files from an experiment's commit.
+def trim_experiment(name: str, keep: Sequence[str], records: Sequence[str], root: Path | str = ".") -> list[str]:
+    """Rewrite an experiment's commit to hold only its own run's results; returns the paths left out.
 
-    `dvc exp save` (3.x) force-adds its packed arguments, .dvc/tmp/repro.dat, to the commit it
-    makes. Rewrite that commit without .dvc/tmp (same tree otherwise, same parents, author and
-    message) and point the experiment's ref at it.
+    `dvc exp save` commits every untracked file that dvc.yaml names as metrics or plots, and git
+    keeps tracked ones as the workspace has them, so another run's results ride along. Left out:
+    every file under a record path (``records``: dvc.yaml's metrics and plots) that is not under
+    ``keep``, and DVC's scratch files (3.x force-adds its packed arguments, .dvc/tmp/repro.dat).
+    The new commit has the same parents, author and message; the experiment's ref points at it.
     """
     refs = _git(root, "for-each-ref", "--format=%(refname)", "refs/exps").split()
     ref = next((r for r in refs if r.rsplit("/", 1)[-1] == name), None)
     if ref is None:
         raise TrackingError(f"experiment {name!r} was saved but no ref refs/exps/.../{name} exists")
     old = _git(root, "rev-parse", ref)
-    if not _git(root, "ls-tree", "-r", "--name-only", old, "--", ".dvc/tmp"):
-        return
+    listed = _git(root, "ls-tree", "-r", "-z", "--name-only", old).split("\0")
+    dropped = [p for p in listed if p and (within(p, [".dvc/tmp"]) or (within(p, records) and not within(p, keep)))]
+    if not dropped:
+        return []
     with tempfile.TemporaryDirectory() as scratch:
         env = {**os.environ, "GIT_INDEX_FILE": str(Path(scratch) / "index")}
         _git(root, "read-tree", old, env=env)
-        _git(root, "rm", "-r", "--cached", "--quiet", "--", ".dvc/tmp", env=env)
+        _git(root, "--literal-pathspecs", "rm", "--cached", "--quiet", "--pathspec-from-file=-", "--pathspec-file-nul", env=env,
+             stdin="\0".join(dropped))  # fmt: skip
         tree = _git(root, "write-tree", env=env)
     parents = _git(root, "rev-list", "--parents", "-n", "1", old).split()[1:]
     who = _git(root, "log", "-1", "--format=%an%x00%ae%x00%ad%x00%cn%x00%ce%x00%cd", "--date=raw", old).split("\0")
@@ -258,6 +288,8 @@ def drop_dvc_tmp(name: str, root: Path | str = ".") -> None:
         args += ["-p", parent]
     new = _git(root, *args, env={**os.environ, **identity})
     _git(root, "update-ref", ref, new, old)
+    log.info("experiment %s: left out what other runs wrote: %s", name, ", ".join(p for p in dropped if not within(p, [".dvc/tmp"])) or "nothing")
+    return dropped
 
 
 def restore(name: str, params_file: str = "results/params.yaml", root: Path | str = ".") -> None:
@@ -287,19 +319,40 @@ def restore(name: str, params_file: str = "results/params.yaml", root: Path | st
     log.info("restored experiment %s; outputs marked up to date", name)
 
 
-def finish_run(config: dict[str, Any], root: Path | str = ".") -> list[str]:
-    """End of a successful run: save it as a DVC experiment (a sweep: one per trial).
+def finish_run(config: dict[str, Any], workflow: Any = None, root: Path | str = ".") -> list[str]:
+    """End of a successful run: save it as a DVC experiment (a sweep: one per trial) built from the
+    run's own outputs, and keep its record (.snakedvc/last-run.json) for the report.
 
-    Only when tracking is on and this is a DVC repository. Returns the experiments' names.
+    ``workflow``: Snakemake's, as the Snakefile sees it (``snakedvc.finish_run(config, workflow)``):
+    its DAG says what this run produced. Saves only when tracking is on and this is a DVC
+    repository. Returns the experiments' names.
     """
-    if not (config.get(KEY) or {}).get("tracking", True) or os.environ.get(SKIP_SAVE_ENV) == "1":
+    if workflow is None:
+        raise TrackingError(
+            "snakedvc.finish_run needs the workflow to know what this run produced: "
+            "call snakedvc.finish_run(config, workflow) in onsuccess"
+        )
+    if os.environ.get(SKIP_SAVE_ENV) == "1":
         return []
-    if not is_dvc_repo(root):
+    own = dag_outputs(workflow)
+    sweep = ((config.get(KEY) or {}).get("sweep") or {}).get("enabled")
+    record: dict[str, Any] = {"outcome": "done", "outputs": own, "experiments": [], "sweep": None}
+    if sweep:
+        from snakedvc.sweep import plan as sweep_plan
+
+        record["sweep"] = str(sweep_plan(config).report)
+    if not (config.get(KEY) or {}).get("tracking", True):
+        saved: list[str] = []
+    elif not is_dvc_repo(root):
         log.info("not a DVC repository (no .dvc/): run not recorded")
-        return []
-    if ((config.get(KEY) or {}).get("sweep") or {}).get("enabled"):
-        return finish_sweep(config, root)
-    return [save_experiment(config, root=root)]
+        saved = []
+    else:
+        saved = finish_sweep(config, root) if sweep else [save_experiment(config, own, root=root)]
+    params = experiment_settings(config)["params"]
+    if not sweep:
+        write_effective_params(config, params, root)
+    write_record(root, {**record, "experiments": saved, "params": params})
+    return saved
 
 
 def finish_sweep(config: dict[str, Any], root: Path | str = ".") -> list[str]:
@@ -351,6 +404,7 @@ def finish_sweep(config: dict[str, Any], root: Path | str = ".") -> list[str]:
         saved.append(
             save_experiment(
                 params,
+                files,
                 name=f"{sweep.name}-{trial}",
                 message=f"sweep {sweep.name} trial {trial}: {overrides}",
                 root=root,

@@ -55,7 +55,7 @@ def end_of_run(cfg):
             print(summary.read_text())
     else:
         print_summary("results/metrics.json")
-    snakedvc.finish_run(cfg)
+    snakedvc.finish_run(cfg, workflow)
 
 
 def feature_shards(split, ext):

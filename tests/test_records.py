@@ -1,0 +1,106 @@
+"""Records that never lie: every experiment holds only what its own run wrote.
+
+The digits example (a non-chemistry project on the kit) in its own git + DVC repository, run as a
+user does one after another: a plain run A, a sweep, a plain run B with another learning rate. Each
+run leaves its outputs in the workspace for the next one to find; no record may pick them up.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pytest
+
+from tests.conftest import dvc, run_snakemake
+from tests.test_digits import LOCAL, dvc_example
+
+pytestmark = pytest.mark.slow
+
+METRICS_FILES = ("results/metrics.json", "results/live/metrics.json", "results/trial.json")
+
+
+def shown_experiments(repo: Path) -> dict[str, dict[str, Any]]:
+    """name -> {'params': ..., 'metrics': {file: data or None}} for every experiment `dvc exp show` lists."""
+    found = {}
+    for commit in json.loads(dvc(repo, "exp", "show", "--json").stdout):
+        for exp in commit.get("experiments") or []:
+            data = exp["revs"][0]["data"]
+            params = data["params"].get("results/params.yaml", {}).get("data")
+            metrics = {name: (data["metrics"].get(name) or {}).get("data") for name in METRICS_FILES}
+            found[exp.get("name") or exp["revs"][0]["name"]] = {"params": params, "metrics": metrics}
+    return found
+
+
+def written(repo: Path) -> dict[str, Any]:
+    """The metrics files a run left, as DVC reads them (None where the run wrote none)."""
+    return {name: json.loads((repo / name).read_text()) if (repo / name).is_file() else None for name in METRICS_FILES}
+
+
+def report_metrics(repo: Path) -> tuple[dict[str, str], str]:
+    """`snakedvc report`'s metric cells ('<file>:<key>' -> shown value) and the page."""
+    subprocess.run(
+        [sys.executable, "-m", "snakedvc", "report", "--out", "results/report.html"],
+        cwd=repo,
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    page = (repo / "results/report.html").read_text()
+    cells = re.findall(r'data-metric="([^"]+)"[^>]*>([^<]*)<', page)
+    return {html.unescape(key): value for key, value in cells}, page
+
+
+def test_plain_run_sweep_plain_run_each_record_holds_its_own_results(tmp_path: Path) -> None:
+    repo = dvc_example(tmp_path / "repo")
+
+    run_snakemake(repo, "--profile", LOCAL, "--config", "train={epochs: 3}")
+    run_a = written(repo)
+    assert run_a["results/metrics.json"] and run_a["results/trial.json"] is None
+
+    run_snakemake(repo, "--profile", LOCAL, "--configfile", "sweep.yaml")
+    summary = pd.read_csv(repo / "results/sweeps/digits/report/summary.csv").set_index("trial")
+    # The sweep's report: its own trials, none of plain run A's metrics beside the winner's params.
+    shown, page = report_metrics(repo)
+    assert not [key for key in shown if key.startswith(("results/metrics.json:", "results/live/metrics.json:"))], shown
+    assert 'id="sweep"' in page and 'alt="results/live"' not in page  # nor A's curves
+
+    run_snakemake(repo, "--profile", LOCAL, "--config", "train={epochs: 3, lr: 0.01}")
+    run_b = written(repo)
+    assert run_b["results/metrics.json"] != run_a["results/metrics.json"]
+
+    experiments = shown_experiments(repo)
+    trials = {name: exp for name, exp in experiments.items() if name.startswith("digits-t")}
+    plain = [exp for name, exp in experiments.items() if name not in trials]
+    assert len(trials) == 4 and len(plain) == 2, sorted(experiments)
+    by_lr = {exp["params"]["train"]["lr"]: exp for exp in plain}
+    assert sorted(by_lr) == [0.003, 0.01]
+    # A plain run's record: its own metrics files, its own params, no sweep trial's file.
+    for exp, run in ((by_lr[0.003], run_a), (by_lr[0.01], run_b)):
+        assert exp["params"]["train"]["epochs"] == 3
+        assert exp["metrics"] == run, exp
+    # A trial's record: its params and trial.json, no plain run's metrics.
+    for name, exp in trials.items():
+        trial = name.removeprefix("digits-")
+        assert exp["metrics"]["results/metrics.json"] is None, (name, exp)
+        assert exp["metrics"]["results/live/metrics.json"] is None, (name, exp)
+        result = exp["metrics"]["results/trial.json"]
+        assert result["valid_accuracy"] == pytest.approx(summary.loc[trial, "valid_accuracy"])
+        assert exp["params"]["train"]["epochs"] == summary.loc[trial, "epochs"] == result["epochs"]
+
+    # B's report shows B's metrics only.
+    shown, page = report_metrics(repo)
+    assert 'id="sweep"' not in page  # the sweep is an earlier run
+    assert shown and not [key for key in shown if key.startswith("results/trial.json:")], shown
+    for key, value in shown.items():
+        name, _, field = key.partition(":")
+        expected = run_b[name]
+        for part in field.split("."):
+            expected = expected[part]
+        assert value.strip() == f"{expected:.6g}" if isinstance(expected, float) else str(expected), (key, value)
