@@ -18,7 +18,7 @@ from typing import Any
 import pandas as pd
 import pytest
 
-from tests.conftest import dvc, run_snakemake
+from tests.conftest import dvc, git, run_snakemake
 from tests.test_digits import LOCAL, dvc_example
 
 pytestmark = pytest.mark.slow
@@ -104,3 +104,59 @@ def test_plain_run_sweep_plain_run_each_record_holds_its_own_results(tmp_path: P
         for part in field.split("."):
             expected = expected[part]
         assert value.strip() == f"{expected:.6g}" if isinstance(expected, float) else str(expected), (key, value)
+
+
+def planned_jobs(text: str) -> list[str]:
+    """Rule names of the jobs a Snakemake output plans or runs (its 'rule x:' / 'localrule x:' lines)."""
+    return sorted(re.findall(r"^(?:local)?rule (\w+):$", text, re.MULTILINE))
+
+
+def test_a_detached_run_after_local_runs_and_a_sweep_plans_what_the_repository_would(tmp_path: Path) -> None:
+    from snakedvc.runs import Run, training_progress
+    from tests.test_runs import runs, snakedvc, submit, wait_until_ended
+
+    repo = dvc_example(tmp_path / "repo")
+    run_snakemake(repo, "--profile", LOCAL, "--config", "train={epochs: 3}")
+    run_snakemake(repo, "--profile", LOCAL, "--configfile", "sweep.yaml")
+    changed = ["--config", "train={epochs: 3, lr: 0.01}"]
+    expected = planned_jobs(run_snakemake(repo, "-n", "--profile", LOCAL, *changed).stdout)
+    assert "fit" in expected and "prepare" not in expected, expected
+
+    run_id = submit(repo, "--name", "lr-high", "--profile", LOCAL, "--", *changed)
+    ended = wait_until_ended(repo, run_id)
+    log = snakedvc(repo, "logs", run_id).stdout
+    assert ended["state"] == "done" and ended["experiments"] == ["lr-high"], log[-3000:]
+    assert planned_jobs(log) == expected, log[-3000:]
+    run = Run.load(repo / ".snakedvc/runs" / run_id)
+    # The frozen code holds no earlier run's outputs; the workspace has them, linked.
+    frozen = git(repo, "ls-tree", "-r", "--name-only", run.commit).split()
+    assert not [path for path in frozen if path.startswith("results/") and not path.endswith(".gitignore")], frozen
+    assert (run.workspace / "results/data/digits.npz").stat().st_nlink > 1
+    # Only this run's training is shown as live, not the sweep's folders linked in.
+    assert [str(p.directory.relative_to(run.workspace)) for p in training_progress(run)] == ["results/live"]
+    (experiment,) = [exp for name, exp in shown_experiments(repo).items() if name == "lr-high"]
+    assert experiment["params"]["train"]["lr"] == 0.01
+    assert experiment["metrics"] == written(run.workspace)
+    assert experiment["metrics"]["results/trial.json"] is None
+
+    # The same config again: nothing to do, and the run says so instead of reporting a result.
+    again = submit(repo, "--name", "same", "--profile", LOCAL, "--", "--config", "train={epochs: 3}")
+    ended = wait_until_ended(repo, again)
+    assert ended["state"] == "done" and ended["experiments"] == [], ended
+    assert ended["note"].startswith("nothing to be done"), ended
+    assert "nothing to be done" in snakedvc(repo, "runs").stdout
+
+    # A failing step: `snakedvc runs` names it, its command and its log's last lines.
+    train = repo / "train.py"
+    train.write_text(
+        train.read_text().replace("def main(", 'raise SystemExit("deliberate failure: bad input")\n\n\ndef main(', 1)
+    )
+    failing = submit(repo, "--name", "broken", "--profile", LOCAL, "--", *changed)
+    ended = wait_until_ended(repo, failing)
+    reason = ended["reason"]
+    assert ended["state"] == "failed" and reason["step"] == "rule fit", ended
+    assert "python train.py" in reason["command"] and reason["log"] == "logs/fit.log", reason
+    assert "deliberate failure: bad input" in "\n".join(reason["tail"]), reason
+    listed = snakedvc(repo, "runs").stdout
+    assert "failed in rule fit" in listed and "| deliberate failure: bad input" in listed, listed
+    assert set(runs(repo)) == {run_id, again, failing}

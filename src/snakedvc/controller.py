@@ -22,13 +22,17 @@ import sys
 import time
 from pathlib import Path
 from types import FrameType
+from typing import Any
 
 from snakedvc.runs import (
     CANCEL_MARKER,
+    NOTHING_TO_BE_DONE,
     Run,
     RunError,
     clean_slurm_environment,
     controller_settings,
+    describe_failure,
+    failure_reason,
     jobs_in_workspace,
     profile_dir,
     squeue_states,
@@ -68,6 +72,7 @@ class Controller:
         self._unlock(env)
         command = [sys.executable, "-m", "snakemake", "--profile", run.profile, *run.snakemake_args]
         say("running: " + " ".join(command))
+        start = run.log.stat().st_size if run.log.is_file() else 0
         self.snakemake = subprocess.Popen(command, cwd=run.workspace, env=env)
         code = self.snakemake.wait()
         say(f"snakemake exited with {code}")
@@ -75,13 +80,30 @@ class Controller:
             return code or 1  # the successor (if any) records the outcome
         if Run.load(run.dir).cancel_requested:
             return self._finish("cancelled", code)
-        return self._finish("done" if code == 0 else "failed", code)
+        with open(run.log, errors="replace") as handle:  # what Snakemake said in this attempt
+            handle.seek(start)
+            said = handle.read()
+        if code != 0:
+            return self._finish("failed", code, reason=failure_reason(said, run.workspace))
+        note = ""
+        if NOTHING_TO_BE_DONE in said:
+            note = ("nothing to be done: every output was already up to date for this code and config; "
+                    "no job ran and no new experiment was saved (the results are those of earlier runs)")  # fmt: skip
+        return self._finish("done", code, note=note)
 
-    def _finish(self, state: str, code: int | None) -> int:
+    def _finish(self, state: str, code: int | None, note: str = "", reason: dict[str, Any] | None = None) -> int:
         experiments_file = self.run.dir / EXPERIMENTS_FILE
         saved = experiments_file.read_text().split() if experiments_file.is_file() else []
-        self.run = self.run.update(state=state, exit_code=code, ended=time.time(), experiments=saved)
-        say(f"run {self.run.id} {state}" + (f"; experiments: {', '.join(saved)}" if saved else ""))
+        self.run = self.run.update(
+            state=state, exit_code=code, ended=time.time(), experiments=saved, note=note, reason=reason or {}
+        )
+        say(
+            f"run {self.run.id} {state}"
+            + (f"; experiments: {', '.join(saved)}" if saved else "")
+            + (f"; {note}" if note else "")
+        )
+        for line in describe_failure(self.run.reason):
+            say(line.strip())
         return 0 if state == "done" else 1
 
     def _environment(self) -> dict[str, str]:

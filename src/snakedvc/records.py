@@ -19,6 +19,7 @@ The last run's record is kept in ``.snakedvc/last-run.json`` (git never sees it)
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import subprocess
@@ -96,7 +97,7 @@ def dag_outputs(workflow: Any) -> list[str]:
 def write_record(root: Path | str, record: dict[str, Any]) -> Path:
     """Keep the last run's record in .snakedvc/ (excluded from git through info/exclude)."""
     base = Path(root)
-    exclude_from_git(base, "/.snakedvc/", "snakedvc: run records, detached runs' workspaces")
+    ignore_kit_folder(base)
     target = base / RECORD_FILE
     target.parent.mkdir(parents=True, exist_ok=True)
     with atomic_path(target) as tmp:
@@ -112,11 +113,11 @@ def read_record(root: Path | str) -> dict[str, Any] | None:
         return None
 
 
-def exclude_from_git(root: Path, pattern: str, why: str) -> None:
-    """Keep ``pattern`` out of `git status` through the repository's info/exclude (not .gitignore,
-    which is the user's). Nothing to do outside git or where git already ignores it."""
-    probe = pattern.strip("/")
-    checked = subprocess.run(["git", "check-ignore", "-q", probe], cwd=root, capture_output=True)
+def ignore_kit_folder(root: Path | str) -> None:
+    """Keep .snakedvc/ (run records, detached runs' workspaces) out of `git status` through the
+    repository's info/exclude, not .gitignore, which is the user's. Nothing to do outside git or
+    where git ignores it already."""
+    checked = subprocess.run(["git", "check-ignore", "-q", ".snakedvc"], cwd=root, capture_output=True)
     if checked.returncode != 1:  # 0: ignored already; 128: not a git repository
         return
     common = subprocess.run(
@@ -127,4 +128,25 @@ def exclude_from_git(root: Path, pattern: str, why: str) -> None:
     exclude = Path(common.stdout.strip()) / "info" / "exclude"
     exclude.parent.mkdir(parents=True, exist_ok=True)
     with open(exclude, "a") as handle:
-        handle.write(f"\n# {why}\n{pattern}\n")
+        handle.write("\n# snakedvc: run records, detached runs' workspaces\n/.snakedvc/\n")
+
+
+def snakemake_outputs(root: Path | str) -> list[str]:
+    """Every path Snakemake keeps a record of in ``root`` (its file persistence: one file a job output,
+    named by the output's path in URL-safe base64, split into '@'-prefixed folders where longer than a
+    file name may be): the outputs of earlier runs, whichever run made them. Paths that no longer
+    exist are left out. tests/test_records.py checks this reading against a real Snakemake run."""
+    base = Path(root)
+    metadata = base / ".snakemake" / "metadata"
+    found = []
+    for folder, _, files in os.walk(metadata):
+        parts = Path(folder).relative_to(metadata).parts
+        prefix = "".join(part.removeprefix("@") for part in parts)
+        for name in files:
+            try:
+                path = base64.urlsafe_b64decode(prefix + name).decode()
+            except (ValueError, UnicodeDecodeError):
+                continue  # not a record (Snakemake's own scratch files)
+            if not Path(path).is_absolute() and (base / path).exists():
+                found.append(_normal(path))
+    return sorted(found)

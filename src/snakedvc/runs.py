@@ -42,7 +42,8 @@ from typing import Any
 import yaml
 
 from snakedvc.io import atomic_path
-from snakedvc.live import Progress, find_logs, read_progress
+from snakedvc.live import METRICS_FILE, Progress, find_logs, read_progress
+from snakedvc.records import ignore_kit_folder, read_record, snakemake_outputs
 from snakedvc.tracking import validate_experiment_name
 
 RUNS_DIR = Path(".snakedvc") / "runs"
@@ -77,8 +78,8 @@ class RunError(RuntimeError):
     """A run cannot be submitted, found or controlled; the message says which and why."""
 
 
-def git(root: Path, *args: str, env: dict[str, str] | None = None) -> str:
-    proc = subprocess.run(["git", *args], cwd=root, capture_output=True, text=True, env=env)
+def git(root: Path, *args: str, env: dict[str, str] | None = None, stdin: str | None = None) -> str:
+    proc = subprocess.run(["git", *args], cwd=root, capture_output=True, text=True, env=env, input=stdin)
     if proc.returncode != 0:
         raise RunError(f"git {' '.join(args)} failed in {root}:\n{proc.stderr.strip()}")
     return proc.stdout.strip()
@@ -119,6 +120,8 @@ class Run:
     experiments: list[str] = field(default_factory=list)
     exit_code: int | None = None
     ended: float | None = None
+    note: str = ""  # what a finished run did not do: "nothing to be done" (no new experiment)
+    reason: dict[str, Any] = field(default_factory=dict)  # a failed run's step, command, log and its last lines
     environment: dict[str, str] = field(default_factory=dict)  # for the controller: PYTHONPATH
 
     @property
@@ -162,16 +165,38 @@ class Run:
 # --- freezing the code ----------------------------------------------------------------------
 
 
-def freeze(root: Path, message: str) -> tuple[str, str]:
+def freeze(root: Path, message: str, leave_out: Sequence[str] = ()) -> tuple[str, str]:
     """Commit the working tree as it is (tracked changes and untracked, non-ignored files) on
-    top of HEAD without touching the branch, the index or the files. Returns (commit, tree)."""
+    top of HEAD without touching the branch, the index or the files. Returns (commit, tree).
+
+    ``leave_out``: untracked paths that are not code (earlier runs' outputs): they stay out of the
+    frozen tree, so no experiment of the run can carry them as if the run had written them.
+    """
     with tempfile.TemporaryDirectory() as scratch:
         env = {**os.environ, "GIT_INDEX_FILE": str(Path(scratch) / "index")}
         git(root, "read-tree", "HEAD", env=env)
         git(root, "add", "--all", "--", ".", env=env)
+        tracked = set(git(root, "ls-files", "-z").split("\0"))  # the user's index: HEAD and what they staged
+        untracked = [path for path in leave_out if path not in tracked]
+        if untracked:
+            git(root, "--literal-pathspecs", "rm", "-r", "--cached", "--quiet", "--ignore-unmatch",
+                "--pathspec-from-file=-", "--pathspec-file-nul", env=env, stdin="\0".join(untracked))  # fmt: skip
         tree = git(root, "write-tree", env=env)
     commit = git(root, "commit-tree", tree, "-p", "HEAD", "-m", message)
     return commit, tree
+
+
+def earlier_outputs(root: Path) -> list[str]:
+    """What earlier runs left in the repository: every output Snakemake has a record of, the params
+    file the kit wrote for the last run, and the untracked files a step wrote beside its declared
+    outputs (in a folder, other than the project's own, that holds one; DVC's .gitignore files stay)."""
+    record = read_record(root) or {}
+    params = [record["params"]] if record.get("params") and (root / record["params"]).is_file() else []
+    outputs = {*snakemake_outputs(root), *params}
+    folders = {str(Path(path).parent) for path in outputs} - {"."}
+    untracked = git(root, "ls-files", "-z", "--others", "--exclude-standard").split("\0")
+    beside = {path for path in untracked if str(Path(path).parent) in folders and Path(path).name != ".gitignore"}
+    return sorted(outputs | beside)
 
 
 def head_commit(root: Path) -> str:
@@ -181,17 +206,6 @@ def head_commit(root: Path) -> str:
     if proc.returncode != 0:
         raise RunError(f"{root} has no commit yet: commit once, then submit (runs are experiments on a commit)")
     return proc.stdout.strip()
-
-
-def ignore_runs_dir(root: Path) -> None:
-    """Keep .snakedvc/ out of `git status` through the repository's info/exclude (not .gitignore:
-    submit must leave the working tree as it was)."""
-    if subprocess.run(["git", "check-ignore", "-q", str(RUNS_DIR)], cwd=root).returncode == 0:
-        return
-    exclude = Path(git(root, "rev-parse", "--path-format=absolute", "--git-common-dir")) / "info" / "exclude"
-    exclude.parent.mkdir(parents=True, exist_ok=True)
-    with open(exclude, "a") as handle:
-        handle.write("\n# snakedvc submit: detached runs' records and workspaces\n/.snakedvc/\n")
 
 
 # --- the workspace ----------------------------------------------------------------------------
@@ -207,12 +221,16 @@ def python_environments(root: Path) -> list[str]:
     return found
 
 
-def make_workspace(root: Path, workspace: Path, baseline: str, tree: str, share: Sequence[str]) -> None:
-    """A worktree at ``baseline`` holding the files of ``tree``, sharing the user's DVC cache."""
+def make_workspace(
+    root: Path, workspace: Path, baseline: str, tree: str, share: Sequence[str], outputs: Sequence[str] = ()
+) -> None:
+    """A worktree at ``baseline`` holding the files of ``tree``, sharing the user's DVC cache, with
+    the earlier runs' ``outputs`` and Snakemake's records of them (see link_outputs)."""
     git(root, "worktree", "add", "--quiet", "--detach", "--no-checkout", str(workspace), baseline)
     git(workspace, "read-tree", "--reset", "-u", tree)
     if (root / ".dvc").is_dir():
         configure_dvc(root, workspace)
+    link_outputs(root, workspace, outputs)
     for name in share:
         source = (root / name).resolve()
         target = workspace / name
@@ -222,6 +240,36 @@ def make_workspace(root: Path, workspace: Path, baseline: str, tree: str, share:
             raise RunError(f"--share {name}: the submitted code already has {name}; share only what git ignores")
         target.parent.mkdir(parents=True, exist_ok=True)
         target.symlink_to(source)
+
+
+def link_outputs(root: Path, workspace: Path, outputs: Sequence[str]) -> None:
+    """Give the workspace what the repository's Snakemake sees: the outputs earlier runs left (hard
+    links, mtimes kept; a copy across file systems) and Snakemake's records of them (.snakemake's
+    metadata: params, code, inputs of the job that made each; its incomplete markers). So the run
+    plans exactly the jobs the same command would plan in the repository: a changed param reruns
+    what it feeds, and nothing else. Snakemake deletes a job's outputs before it runs, so a rerun
+    never writes through a link into the user's files.
+    """
+    for name in outputs:
+        source, target = root / name, workspace / name
+        if target.exists() or target.is_symlink() or not source.exists():
+            continue  # the frozen code has it (tracked by git)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if source.is_dir():
+            shutil.copytree(source, target, copy_function=_link_or_copy, symlinks=True)
+        else:
+            _link_or_copy(source, target)
+    for folder in ("metadata", "incomplete"):
+        records = root / ".snakemake" / folder
+        if records.is_dir():
+            shutil.copytree(records, workspace / ".snakemake" / folder, dirs_exist_ok=True)
+
+
+def _link_or_copy(source: str | Path, target: str | Path) -> None:
+    try:
+        os.link(source, target)
+    except OSError:
+        shutil.copy2(source, target)
 
 
 def configure_dvc(root: Path, workspace: Path) -> None:
@@ -417,9 +465,10 @@ def submit(
         controller_settings(folder)  # bad settings fail here, before anything is made
         if shutil.which("sbatch") is None:
             raise RunError(f"profile {profile} submits to SLURM, but sbatch is not on PATH")
-    commit, tree = freeze(root, f"snakedvc run {run_id} ({name}): the code as submitted")
+    outputs = earlier_outputs(root)
+    commit, tree = freeze(root, f"snakedvc run {run_id} ({name}): the code as submitted", outputs)
     git(root, "update-ref", RUN_REF_PREFIX + run_id, commit)
-    ignore_runs_dir(root)
+    ignore_kit_folder(root)
     run = Run(
         id=run_id,
         name=name,
@@ -433,7 +482,7 @@ def submit(
     )
     run.dir.mkdir(parents=True)
     try:
-        make_workspace(root, run.workspace, baseline, tree, [*python_environments(root), *share])
+        make_workspace(root, run.workspace, baseline, tree, [*python_environments(root), *share], outputs)
         paths = source_paths(root, run.workspace)
         if paths:
             run.environment = {"PYTHONPATH": os.pathsep.join(paths)}
@@ -535,12 +584,57 @@ def _read(path: Path) -> str:
         return ""
 
 
+NOTHING_TO_BE_DONE = "Nothing to be done"
+_RULE_ERROR = re.compile(r"^Error in rule (\S+?):\n((?:    .*\n?)*)", re.MULTILINE)
+_HOOK_ERROR = re.compile(
+    r"^(\w+) in file \"[^\"]*\", line \d+:\n((?:(?!  File ).*\n)+)\s+File [^\n]*, in __on(success|error)",
+    re.MULTILINE,
+)
+
+
+def failure_reason(log_text: str, workspace: Path, lines: int = 10) -> dict[str, Any]:
+    """Why a run failed, from Snakemake's output: the failing step (a rule, or the end-of-run hook
+    that saves the experiment), its command and log, and the log's last ``lines`` lines."""
+    rules = list(_RULE_ERROR.finditer(log_text))
+    if rules:
+        found = rules[-1]
+        block = found.group(2)
+        logs = re.search(r"^    log: (.*?)(?: \(check log file\(s\) for error details\))?$", block, re.MULTILINE)
+        paths = [p.strip() for p in logs.group(1).split(",")] if logs else []
+        shell = re.search(r"^    shell:\n((?:        .*\n?)*)", block, re.MULTILINE)
+        command = [line.strip() for line in (shell.group(1) if shell else "").splitlines()]
+        message = re.search(r"^    message: (.*)$", block, re.MULTILINE)
+        tail = _read(workspace / paths[0]).splitlines()[-lines:] if paths else []
+        return {
+            "step": f"rule {found.group(1)}",
+            "message": message.group(1) if message and message.group(1) != "None" else "",
+            "command": " ".join(line for line in command if line and not line.startswith("(")),
+            "log": paths[0] if paths else "",
+            "tail": tail,
+        }
+    hooks = list(_HOOK_ERROR.finditer(log_text))
+    if hooks:
+        found = hooks[-1]
+        first, *rest = found.group(2).strip().splitlines()
+        return {"step": f"end of run (on{found.group(3)}: saving the experiment)", "message": f"{found.group(1)}: {first}",
+                "command": "", "log": "", "tail": rest[-lines:]}  # fmt: skip
+    return {"step": "", "message": "", "command": "", "log": "", "tail": log_text.strip().splitlines()[-lines:]}
+
+
 def training_progress(run: Run, limit: int = 5) -> list[Progress]:
     """The run's trainings as their dvclive folders say (snakedvc.live), most recently written first."""
     if not run.workspace.is_dir():
         return []
-    found = (read_progress(folder) for folder in find_logs(run.workspace))
+    # Folders written since the run started: those linked in from earlier runs are not live.
+    found = (read_progress(folder) for folder in find_logs(run.workspace) if _written_since(folder, run.created))
     return [p for p in found if p is not None][:limit]
+
+
+def _written_since(folder: Path, moment: float) -> bool:
+    try:
+        return (folder / METRICS_FILE).stat().st_mtime >= moment
+    except OSError:
+        return False
 
 
 def describe(run: Run) -> dict[str, Any]:
@@ -558,6 +652,8 @@ def describe(run: Run) -> dict[str, Any]:
         ),
         "started": dt.datetime.fromtimestamp(run.created).strftime("%Y-%m-%d %H:%M:%S"),
         "experiments": run.experiments,
+        "note": run.note,
+        "reason": run.reason if state == "failed" else {},
         # Live progress of a running run's trainings: folder (in its workspace), epoch, latest metrics.
         "training": [
             {
@@ -587,7 +683,23 @@ def format_runs(runs: Sequence[Run]) -> str:
         lines.append("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip())
         # Under a running run: each training's latest epoch, read from its dvclive folder.
         lines += [f"    {t['log']}: {t['summary']}" for t in d["training"]]
+        if d["note"]:
+            lines.append(f"    {d['note']}")
+        lines += describe_failure(d["reason"])
     return "\n".join(lines)
+
+
+def describe_failure(reason: dict[str, Any]) -> list[str]:
+    """A failed run's reason as indented lines under its row."""
+    if not reason:
+        return []
+    said = [f"    failed in {reason['step'] or 'snakemake'}" + (f": {reason['message']}" if reason["message"] else "")]
+    if reason["command"]:
+        said.append(f"    command: {reason['command']}")
+    if reason["log"]:
+        said.append(f"    log: {reason['log']} (in the run's workspace), last lines:")
+    said += [f"      | {line}" for line in reason["tail"]]
+    return said
 
 
 def follow(path: Path, run: Run, poll: float = 1.0) -> Iterator[str]:
