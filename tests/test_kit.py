@@ -178,7 +178,9 @@ def test_an_experiment_commit_holds_only_its_own_runs_results(dvc_repo: Path) ->
     (dvc_repo / "results/trial.json").write_text('{"accuracy": 0.9}')  # this run's
     config = {"snakedvc": {"experiment": {"metrics": ["results/trial.json"]}}}
     name = save_experiment(config, ["results/trial.json"], name="trial", root=dvc_repo)
-    ref = next(r for r in git(dvc_repo, "for-each-ref", "--format=%(refname)", "refs/exps").split() if r.endswith("/trial"))
+    ref = next(
+        r for r in git(dvc_repo, "for-each-ref", "--format=%(refname)", "refs/exps").split() if r.endswith("/trial")
+    )
     committed = git(dvc_repo, "ls-tree", "-r", "--name-only", ref).split()
     assert name == "trial"
     assert "results/trial.json" in committed and "results/params.yaml" in committed

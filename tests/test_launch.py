@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import shlex
 
 import pytest
@@ -21,11 +22,21 @@ CASES = {
     "two_nodes_two_gpus": dict(
         layout=Layout(nodes=2, procs_per_node=2), slurm_job_id="4242", first_host="gpu-node-07", cpus_per_task=8
     ),
-    # What tests/test_multinode.py runs on the two-node test cluster (job id and port normalised).
     "two_nodes_cpu": dict(layout=Layout(nodes=2), slurm_job_id="4242", first_host="node1", cpus_per_task=1),
     # In a batch script (where snakedvc-slurm runs a rule's command): a job step of its own.
     "one_process_in_batch_script": dict(layout=Layout(), own_step=True, cpus_per_task=4),
     "two_processes_in_batch_script": dict(layout=Layout(procs_per_node=2), own_step=True, cpus_per_task=2),
+    # `snakedvc launch --log logs/fit.log`: every rank's lines prefixed in the rule's log, each kept apart too.
+    "two_local_processes_with_log": dict(layout=Layout(procs_per_node=2), rank_logs="logs/fit.log.ranks"),
+    "one_process_with_log": dict(layout=Layout(), rank_logs="logs/fit.log.ranks"),
+    # What tests/test_multinode.py runs on the two-node test cluster (job id and port normalised).
+    "two_nodes_cpu_with_log": dict(
+        layout=Layout(nodes=2),
+        slurm_job_id="4242",
+        first_host="node1",
+        cpus_per_task=1,
+        rank_logs="logs/train.log.ranks",
+    ),
 }
 
 
@@ -40,6 +51,7 @@ def test_command_matches_reference(name: str) -> None:
         first_host=case.get("first_host"),
         own_step=case.get("own_step", False),
         cpus_per_task=case.get("cpus_per_task"),
+        rank_logs=case.get("rank_logs"),
     )
     text = shlex.join(command) + "\n"
     reference = REFERENCES / f"{name}.txt"
@@ -90,3 +102,37 @@ def test_rendezvous_port_depends_on_job_and_stays_in_range() -> None:
 def test_layout_rejects_zero() -> None:
     with pytest.raises(ValueError):
         Layout(nodes=0)
+
+
+USER_SCRIPT = """
+import logging, os, sys
+import snakedvc.torch  # a training script that sets up no logging of its own
+print("progress: epoch 1 of 2 from rank", os.environ.get("RANK", "0"), flush=True)
+logging.getLogger("snakedvc.torch.resume").info("resumed from epoch 1 step 7")
+print("an error line", file=sys.stderr, flush=True)
+"""
+
+
+@pytest.mark.parametrize("procs", [1, 2])
+def test_launch_log_keeps_stdout_stderr_and_the_kits_messages(tmp_path, procs: int) -> None:
+    """What `snakedvc launch --log logs/<rule>.log` leaves in the rule's log for a script that only
+    prints: its stdout, its stderr and the kit's INFO lines; with N ranks each line names its rank."""
+    import subprocess
+    import sys
+
+    (tmp_path / "train.py").write_text(USER_SCRIPT)
+    log = tmp_path / "logs" / "fit.log"
+    subprocess.run(
+        [sys.executable, "-m", "snakedvc", "launch", "--log", str(log), "--procs-per-node", str(procs), "--",
+         sys.executable, "train.py"],
+        cwd=tmp_path, check=True, timeout=120, env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )  # fmt: skip
+    text = log.read_text()
+    assert "launch: " in text
+    for rank in range(procs):
+        prefix = f"[default{rank}]:" if procs > 1 else ""
+        assert f"{prefix}progress: epoch 1 of 2 from rank {rank}" in text, text
+        assert f"{prefix}an error line" in text, text
+        assert re.search(rf"{re.escape(prefix)}.* INFO snakedvc.torch.resume: resumed from epoch 1 step 7", text), text
+    kept = sorted(p.relative_to(log.parent) for p in log.parent.rglob("stdout.log"))
+    assert len(kept) == (procs if procs > 1 else 0), kept

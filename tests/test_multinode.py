@@ -27,7 +27,7 @@ pytestmark = [pytest.mark.slurm, pytest.mark.slow, pytest.mark.multinode]
 
 TWO_NODES = "resources={train: {nodes: 2, gpu: 0}}"
 # The launch command line generated for this layout (tests/test_launch.py keeps it current).
-REFERENCE = REPO / "tests/reference/launch/two_nodes_cpu.txt"
+REFERENCE = REPO / "tests/reference/launch/two_nodes_cpu_with_log.txt"
 SMALL = ["data={limit: 200}", "train={max_epochs: 3, hidden_sizes: [32]}"]
 
 

@@ -28,10 +28,15 @@ def _setup_logging(log_path: str | None) -> None:
 
 
 def cmd_launch(args: argparse.Namespace) -> None:
+    import os
+
     from snakedvc.launch import Layout, run
 
     command = args.command_args[1:] if args.command_args[:1] == ["--"] else args.command_args
-    run(Layout(nodes=args.nodes, procs_per_node=args.procs_per_node), command)
+    if args.log:  # the command's print()s belong in the rule's log too, not only its stderr
+        sys.stdout.flush()
+        os.dup2(2, 1)
+    run(Layout(nodes=args.nodes, procs_per_node=args.procs_per_node), command, args.log)
 
 
 def cmd_sweep_promote(args: argparse.Namespace) -> None:
@@ -79,9 +84,8 @@ def cmd_sweep_report(args: argparse.Namespace) -> None:
 
 
 def cmd_report(args: argparse.Namespace) -> None:
-    from snakedvc.report import write_report
-
     from snakedvc.records import read_record
+    from snakedvc.report import write_report
 
     sweep = args.sweep
     if sweep is None:  # the sweep's report folder, if the last run was a sweep
@@ -177,7 +181,12 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--log", help="file that receives stderr and log lines")
         return p
 
-    p = step("launch", cmd_launch, "run a command on 1 process, N processes (torchrun) or N nodes (srun + torchrun)")
+    p = step(
+        "launch",
+        cmd_launch,
+        "run a command on 1 process, N processes (torchrun) or N nodes (srun + torchrun); with --log its stdout "
+        "and stderr go there, each rank's lines prefixed and also kept in <log>.ranks/",
+    )
     p.add_argument("--nodes", type=int, default=1, help="nodes of the SLURM allocation to run on")
     p.add_argument("--procs-per-node", type=int, default=1, help="processes per node (one per GPU)")
     p.add_argument("command_args", nargs=argparse.REMAINDER, help="-- then the command, e.g. -- python train.py ...")

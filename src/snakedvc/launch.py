@@ -60,16 +60,22 @@ def launch_command(
     first_host: str | None = None,
     own_step: bool = False,
     cpus_per_task: int | None = None,
+    rank_logs: str | None = None,
 ) -> list[str]:
     """The argv that runs ``command`` with this layout.
 
     ``python``: the interpreter that runs torchrun. ``own_step``: run it as a SLURM job step of its
     own (in a batch script); multi-node layouts always are. ``cpus_per_task``: the allocation's
-    CPUs per task, given to that step.
+    CPUs per task, given to that step. ``rank_logs``: with N processes, every line a rank writes is
+    shown prefixed ``[default<local rank>]:`` (torchrun's ``--tee``; across nodes srun's ``--label``
+    puts the node's index first) and each rank's output is also kept in a file of its own under
+    this folder (torchrun's ``--log-dir``: ``<run>/attempt_<n>/<local rank>/stdout.log``).
     """
     if not command:
         raise ValueError("nothing to launch: give the command after `--`")
     torchrun = [python, "-m", "torch.distributed.run"]
+    if rank_logs and layout.world_size > 1:
+        torchrun += [f"--log-dir={rank_logs}", "--tee=3"]
     if layout.nodes == 1:
         if layout.world_size == 1:
             inner = list(command)
@@ -85,8 +91,10 @@ def launch_command(
         return [*job_step(1, cpus_per_task), *inner] if own_step else inner
     if not (slurm_job_id and first_host):
         raise ValueError("multi-node training runs inside a SLURM allocation (SLURM_JOB_ID and its node list)")
+    label = ["--label"] if rank_logs else []
     return [
         *job_step(layout.nodes, cpus_per_task),
+        *label,
         *torchrun,
         f"--nnodes={layout.nodes}",
         f"--nproc-per-node={layout.procs_per_node}",
@@ -115,8 +123,12 @@ def first_host_of_allocation(env: Mapping[str, str]) -> str:
     return out.stdout.split()[0]
 
 
-def run(layout: Layout, command: Sequence[str]) -> None:
-    """Replace this process with the launch command (so it stays Snakemake's direct child)."""
+def run(layout: Layout, command: Sequence[str], log_path: str | None = None) -> None:
+    """Replace this process with the launch command (so it stays Snakemake's direct child).
+
+    ``log_path``: the rule's log, which already receives this process's stdout and stderr (and so the
+    command's); with N processes each rank's output is also kept beside it, in ``<log>.ranks/``.
+    """
     env = os.environ
     own_step = in_allocation_outside_steps(env)
     job_id = env.get("SLURM_JOB_ID") if layout.nodes > 1 else None
@@ -130,10 +142,12 @@ def run(layout: Layout, command: Sequence[str]) -> None:
         first_host=host,
         own_step=own_step,
         cpus_per_task=int(cpus) if cpus and cpus.isdigit() else None,
+        rank_logs=f"{log_path}.ranks" if log_path else None,
     )
     # What ran, in the rule's log: the line a reference file (tests/reference/launch/) is checked against.
     log.info("launch: %s", shlex.join(argv))
     for handler in logging.getLogger().handlers:
         handler.flush()
     sys.stderr.flush()
+    sys.stdout.flush()
     os.execvp(argv[0], argv)

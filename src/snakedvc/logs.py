@@ -23,3 +23,26 @@ def log_to(path: str | os.PathLike[str] | None, level: int = logging.INFO) -> No
         os.close(fd)
         sys.stderr = open(2, "w", buffering=1, closefd=False)  # noqa: SIM115 - lives as long as the process
     logging.basicConfig(level=level, format=FORMAT, stream=sys.stderr, force=True)
+
+
+class _UnlessConfigured(logging.StreamHandler):  # type: ignore[type-arg]
+    """Writes the kit's records to stderr while the program has set up no logging of its own; once it
+    has (a handler on the root logger), records reach that through propagation and this stays quiet."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if logging.getLogger().handlers:
+            return
+        self.setStream(sys.stderr)  # the current one: log_to may have replaced it
+        super().emit(record)
+
+
+def show_kit_messages(level: int = logging.INFO) -> None:
+    """Let the kit's INFO lines (checkpoint saved, resumed from, lease taken over) reach stderr, and so
+    the rule's log, in a script that sets up no logging. Idempotent; called by the training helpers."""
+    kit = logging.getLogger("snakedvc")
+    if not any(isinstance(handler, _UnlessConfigured) for handler in kit.handlers):
+        handler = _UnlessConfigured(sys.stderr)
+        handler.setFormatter(logging.Formatter(FORMAT))
+        kit.addHandler(handler)
+    if kit.level == logging.NOTSET:
+        kit.setLevel(level)

@@ -190,7 +190,10 @@ def experiment_files(config: dict[str, Any], own: Sequence[str], root: Path | st
         path
         for path in changed_dvc_files(root)
         if (path.endswith(".dvc") and within(path.removesuffix(".dvc"), own))
-        or (Path(path).name == ".gitignore" and any(within(str(Path(path).parent / n), own) for n in _ignored(root, path)))
+        or (
+            Path(path).name == ".gitignore"
+            and any(within(str(Path(path).parent / n), own) for n in _ignored(root, path))
+        )
     ]
     return sorted({*dvc_files, settings["params"], *wanted})
 
@@ -288,7 +291,11 @@ def trim_experiment(name: str, keep: Sequence[str], records: Sequence[str], root
         args += ["-p", parent]
     new = _git(root, *args, env={**os.environ, **identity})
     _git(root, "update-ref", ref, new, old)
-    log.info("experiment %s: left out what other runs wrote: %s", name, ", ".join(p for p in dropped if not within(p, [".dvc/tmp"])) or "nothing")
+    log.info(
+        "experiment %s: left out what other runs wrote: %s",
+        name,
+        ", ".join(p for p in dropped if not within(p, [".dvc/tmp"])) or "nothing",
+    )
     return dropped
 
 

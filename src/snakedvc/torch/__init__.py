@@ -11,7 +11,11 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from snakedvc.errors import EXIT_CHECKPOINTED, CheckpointBusy, TrainingStopped
+from snakedvc.logs import show_kit_messages
 from snakedvc.torch.options import add_resume_arguments
+
+# "resumed from epoch k", "checkpoint (…): path": in the rule's log even where train.py sets up no logging.
+show_kit_messages()
 
 if TYPE_CHECKING:
     from snakedvc.torch.checkpoint import StopRequest
