@@ -201,3 +201,28 @@ def test_a_failing_dvc_command_shows_dvcs_own_message(dvc_repo: Path, tmp_path: 
         run_dvc(["add", str(outside)], dvc_repo)
     said = str(error.value).split("\n", 1)[1]
     assert "outside" in said.lower() and said.strip()
+
+
+def test_preflight_names_outputs_dvc_would_refuse_and_the_fix(dvc_repo: Path, monkeypatch) -> None:
+    monkeypatch.chdir(dvc_repo)
+    on = {"snakedvc": {"tracking": True}}
+    assert snakedvc.tracked(on, ["results/data/x.npz", "results/model.pt"]) == [
+        "results/data/x.npz.dvc",
+        "results/model.pt.dvc",
+    ]
+    # A .gitignore line meant for the top folder data/ also matches results/data/.
+    (dvc_repo / ".gitignore").write_text("# raw inputs\ndata/\n")
+    with pytest.raises(snakedvc.ConfigError) as error:
+        snakedvc.tracked(on, ["results/data/x.npz", "results/model.pt"])
+    said = str(error.value)
+    assert "results/data/x.npz.dvc: git ignores it (.gitignore:2: 'data/')" in said
+    assert "'/data/'" in said and "results/model.pt" not in said
+    (dvc_repo / ".gitignore").write_text("/data/\n")
+    # An output committed to git (`git add -A` after a run).
+    (dvc_repo / "results").mkdir()
+    (dvc_repo / "results/model.pt").write_bytes(b"weights")
+    git(dvc_repo, "add", "results/model.pt")
+    with pytest.raises(
+        snakedvc.ConfigError, match=r"results/model.pt: git tracks it.*git rm --cached results/model.pt"
+    ):
+        snakedvc.tracked(on, ["results/data/x.npz", "results/model.pt"])

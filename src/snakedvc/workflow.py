@@ -8,7 +8,10 @@ from __future__ import annotations
 
 import copy
 import os
-from collections.abc import Iterable, Mapping
+import shlex
+import shutil
+import subprocess
+from collections.abc import Iterable, Mapping, Sequence
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -111,10 +114,48 @@ def tracked(config: Mapping[str, Any], *outputs: Any) -> list[str]:
     """The `.dvc` targets that record these outputs in DVC (none where tracking is off or no DVC repo).
 
     Pass rules' outputs: ``snakedvc.tracked(config, rules.train.output, rules.prepare.output)``.
+    Checked first (preflight): an output DVC would refuse to track stops the run before any job.
     """
     if not tracking_enabled(config):
         return []
-    return [f"{path}.dvc" for path in _paths(outputs)]
+    paths = _paths(outputs)
+    preflight(paths)
+    return [f"{path}.dvc" for path in paths]
+
+
+def preflight(paths: Sequence[str], root: str | Path = ".") -> None:
+    """Raise ConfigError, before any job runs, for an output that `dvc add` would refuse at the end of
+    its job: one whose ``.dvc`` file git ignores ("bad DVC file name ... is git-ignored"), or one that
+    git already tracks ("already tracked by SCM"). The message names the path, the .gitignore line or
+    the git state at fault, and the fix. Outside a git repository there is nothing to check."""
+    if not paths or shutil.which("git") is None:
+        return  # nothing to check (a compute node without git parses the Snakefile too)
+    proc = subprocess.run(
+        ["git", "check-ignore", "--stdin", "-z", "-v", "-n"],
+        cwd=root,
+        input="\0".join(f"{path}.dvc" for path in paths) + "\0",
+        capture_output=True,
+        text=True,
+    )
+    if proc.returncode not in (0, 1):
+        return  # not a git repository
+    problems = []
+    fields = proc.stdout.split("\0")
+    for source, line, pattern, path in zip(fields[0::4], fields[1::4], fields[2::4], fields[3::4], strict=False):
+        if source and not pattern.startswith("!"):
+            problems.append(
+                f"{path}: git ignores it ({source}:{line}: {pattern!r}) and DVC refuses a .dvc file git ignores. "
+                f"Fix: make that line match only what it means (e.g. '/{pattern.strip('/')}/' for the top folder) "
+                f"or add a line '!{path}' after it"
+            )
+    listed = subprocess.run(["git", "ls-files", "-z", "--", *paths], cwd=root, capture_output=True, text=True)
+    for path in sorted(set(listed.stdout.split("\0")) - {""}):
+        problems.append(
+            f"{path}: git tracks it, and DVC tracks an output only where git does not ('already tracked by SCM'). "
+            f"Fix: git rm --cached {shlex.quote(path)} && git commit -m 'track {path} with DVC'"
+        )
+    if problems:
+        raise ConfigError("outputs that DVC cannot track (snakedvc.tracked):\n  " + "\n  ".join(problems))
 
 
 def training_resources(nodes: int = 1, gpus_per_node: int = 0) -> dict[str, Any]:
