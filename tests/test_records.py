@@ -34,7 +34,8 @@ def shown_experiments(repo: Path) -> dict[str, dict[str, Any]]:
             data = exp["revs"][0]["data"]
             params = data["params"].get("results/params.yaml", {}).get("data")
             metrics = {name: (data["metrics"].get(name) or {}).get("data") for name in METRICS_FILES}
-            found[exp.get("name") or exp["revs"][0]["name"]] = {"params": params, "metrics": metrics}
+            name = exp.get("name") or exp["revs"][0]["name"]
+            found[name] = {"name": name, "params": params, "metrics": metrics}
     return found
 
 
@@ -97,6 +98,10 @@ def test_plain_run_sweep_plain_run_each_record_holds_its_own_results(tmp_path: P
     # B's report shows B's metrics only.
     shown, page = report_metrics(repo)
     assert 'id="sweep"' not in page  # the sweep is an earlier run
+    # Its header says which run this is: B's experiment, the param its command line changed.
+    header = dict(re.findall(r'data-run="([^"]+)">([^<]*)<', page))
+    assert header["experiments"] == by_lr[0.01]["name"] and header["outcome"] == "done", header
+    assert header["params changed on the command line"] == "train.epochs=3, train.lr=0.01", header
     assert shown and not [key for key in shown if key.startswith("results/trial.json:")], shown
     for key, value in shown.items():
         name, _, field = key.partition(":")

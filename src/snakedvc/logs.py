@@ -25,7 +25,7 @@ def log_to(path: str | os.PathLike[str] | None, level: int = logging.INFO) -> No
     logging.basicConfig(level=level, format=FORMAT, stream=sys.stderr, force=True)
 
 
-class _UnlessConfigured(logging.StreamHandler):  # type: ignore[type-arg]
+class _UnlessConfigured(logging.StreamHandler):
     """Writes the kit's records to stderr while the program has set up no logging of its own; once it
     has (a handler on the root logger), records reach that through propagation and this stays quiet."""
 

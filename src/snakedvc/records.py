@@ -33,6 +33,8 @@ import yaml
 from snakedvc.io import atomic_path
 
 RECORD_FILE = Path(".snakedvc") / "last-run.json"
+# A Snakefile imports the kit first thing: when this module loads, the run has started.
+STARTED = time.time()
 
 
 def dvc_yaml_entries(root: Path | str) -> dict[str, list[Any]]:
@@ -95,13 +97,16 @@ def dag_outputs(workflow: Any) -> list[str]:
 
 
 def write_record(root: Path | str, record: dict[str, Any]) -> Path:
-    """Keep the last run's record in .snakedvc/ (excluded from git through info/exclude)."""
+    """Keep the last run's record in .snakedvc/ (excluded from git through info/exclude), with when the
+    run started and ended and the commit it ran on."""
     base = Path(root)
     ignore_kit_folder(base)
+    head = subprocess.run(["git", "rev-parse", "--verify", "-q", "HEAD"], cwd=base, capture_output=True, text=True)
+    record = {"started": STARTED, "finished": time.time(), "commit": head.stdout.strip(), **record}
     target = base / RECORD_FILE
     target.parent.mkdir(parents=True, exist_ok=True)
     with atomic_path(target) as tmp:
-        tmp.write_text(json.dumps({"written": time.time(), **record}, indent=2, sort_keys=True) + "\n")
+        tmp.write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")
     return target
 
 

@@ -77,6 +77,7 @@ class Report:
     jobs_source: str = ""
     sweep: str = ""  # the sweep section's HTML
     note: str = ""  # said under the title: where the report's figures come from
+    run: dict[str, Any] = field(default_factory=dict)  # which run: the header's rows
 
 
 def flatten(value: Any, prefix: str = "") -> dict[str, Any]:
@@ -323,6 +324,8 @@ def collect(root: Path, title: str, snakemake_args: Sequence[str] = (), sweep_di
 
     if record is None:
         report.note = "No run record (.snakedvc/last-run.json): showing the files the workspace holds."
+    else:
+        report.run = run_header(record)
     for name in entries["metrics"]:
         path = root / str(name)
         if path.is_file() and ours(str(name)):
@@ -364,6 +367,24 @@ def collect(root: Path, title: str, snakemake_args: Sequence[str] = (), sweep_di
             elif path.suffix.lower() in IMAGE_TYPES:
                 report.images.append((name, IMAGE_TYPES[path.suffix.lower()], path.read_bytes()))
     return report
+
+
+def run_header(record: dict[str, Any]) -> dict[str, Any]:
+    """Which run the report shows: its experiments, commit, what its command line changed, when, how it ended."""
+
+    def when(seconds: Any) -> str:
+        return dt.datetime.fromtimestamp(seconds).strftime("%Y-%m-%d %H:%M:%S") if seconds else "?"
+
+    changed = flatten(record.get("overrides") or {})
+    return {
+        "experiments": ", ".join(record.get("experiments") or []) or "none saved",
+        "sweep": record.get("sweep") or "no",
+        "commit": (record.get("commit") or "?")[:12],
+        "params changed on the command line": ", ".join(f"{k}={v}" for k, v in changed.items()) or "none",
+        "started": when(record.get("started")),
+        "ended": when(record.get("finished")),
+        "outcome": record.get("outcome", "?"),
+    }
 
 
 def _latest_snakemake_log(root: Path) -> str:
@@ -418,8 +439,14 @@ def render(report: Report) -> str:
         f"<h1>{html.escape(report.title)}</h1>",
         f'<p class="meta">Written {dt.datetime.now().strftime("%Y-%m-%d %H:%M:%S")} by snakedvc report.</p>',
         f'<p class="meta" id="note">{html.escape(report.note)}</p>' if report.note else "",
-        '<h2 id="metrics">Metrics</h2>',
     ]
+    if report.run:
+        rows = "".join(
+            f'<tr><th>{html.escape(k)}</th><td data-run="{html.escape(k)}">{html.escape(str(v))}</td></tr>'
+            for k, v in report.run.items()
+        )
+        parts.append(f'<table id="run"><tbody>{rows}</tbody></table>')
+    parts.append('<h2 id="metrics">Metrics</h2>')
     if not report.metrics:
         parts.append("<p>(no metrics file of dvc.yaml was found)</p>")
     for name, values in report.metrics.items():

@@ -29,6 +29,7 @@ import yaml
 from snakedvc.config import KEY
 from snakedvc.io import atomic_path
 from snakedvc.records import dag_outputs, record_paths, within, write_record
+from snakedvc.workflow import typed_overrides
 
 log = logging.getLogger(__name__)
 
@@ -343,7 +344,7 @@ def finish_run(config: dict[str, Any], workflow: Any = None, root: Path | str = 
         return []
     own = dag_outputs(workflow)
     sweep = ((config.get(KEY) or {}).get("sweep") or {}).get("enabled")
-    record: dict[str, Any] = {"outcome": "done", "outputs": own, "experiments": [], "sweep": None}
+    record: dict[str, Any] = {"outcome": "done", "outputs": own, "sweep": None, "overrides": typed_overrides(workflow)}
     if sweep:
         from snakedvc.sweep import plan as sweep_plan
 

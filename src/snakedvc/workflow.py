@@ -60,6 +60,12 @@ def _typed(value: Any) -> Any:
     return parsed if isinstance(parsed, bool) or parsed is None else value
 
 
+def typed_overrides(workflow: Any) -> dict[str, Any]:
+    """The run's ``--config`` values (Snakemake's ``workflow.config_settings.overwrite_config``), typed."""
+    overrides = getattr(getattr(workflow, "config_settings", None), "overwrite_config", None)
+    return _typed(dict(overrides)) if overrides else {}
+
+
 def _merge(target: dict[str, Any], overrides: Mapping[str, Any]) -> None:
     for key, value in overrides.items():
         if isinstance(value, Mapping) and isinstance(target.get(key), dict):
@@ -78,9 +84,9 @@ def configure(config: dict[str, Any], workflow: Any = None) -> dict[str, Any]:
     A bad key or type raises ConfigError naming it. Also puts this interpreter's bin
     folder first on PATH, so rules calling `snakedvc` or `python` use this environment.
     """
-    overrides = getattr(getattr(workflow, "config_settings", None), "overwrite_config", None)
+    overrides = typed_overrides(workflow)
     if overrides:
-        _merge(config, _typed(overrides))
+        _merge(config, overrides)
     try:
         kit = validate_config(config.get(KEY) or {}, kit_schema())
     except ConfigError as error:
