@@ -42,9 +42,9 @@ test-fast: setup
 	$(BIN)/python -m pytest -m "not slurm and not slow"
 
 lint: setup
-	$(BIN)/ruff check src plugins tests scripts examples
-	$(BIN)/ruff format --check src plugins tests examples
-	$(BIN)/mypy src plugins/slurm/src
+	$(BIN)/ruff check src tests scripts examples
+	$(BIN)/ruff format --check src tests examples
+	$(BIN)/mypy src
 	$(STEP_BIN)/mypy examples/esol/src
 	# snakemake --lint, accepting only its request for per-rule conda envs (see the test)
 	$(BIN)/python -m pytest -q tests/test_workflow.py -k lint

@@ -16,7 +16,6 @@ from tests.conftest import REPO
 
 KIT = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
 ESOL = tomllib.loads((REPO / "examples/esol/pyproject.toml").read_text())["project"]
-EXECUTOR = tomllib.loads((REPO / "plugins/slurm/pyproject.toml").read_text())["project"]
 
 # name -> (venv, lock, conda file, the pyproject requirements that environment installs)
 ENVIRONMENTS = {
@@ -29,7 +28,6 @@ ENVIRONMENTS = {
             *KIT["optional-dependencies"]["engine"],
             *KIT["optional-dependencies"]["torch"],
             *KIT["optional-dependencies"]["live"],
-            *EXECUTOR["dependencies"],
         ],
     ),
     "esol-steps": (

@@ -29,7 +29,7 @@ from snakemake_interface_executor_plugins.executors.base import SubmittedJobInfo
 from snakemake_interface_executor_plugins.settings import SharedFSUsage
 
 from snakedvc import report
-from snakemake_executor_plugin_snakedvc_slurm import (
+from snakemake_executor_plugin_snakedvc_slurm.executor import (
     ACTIVE_STATES,
     SUPPORTED_PLUGIN_VERSIONS,
     Executor,
@@ -556,7 +556,7 @@ def test_the_plugins_start_up_advice_to_use_squeue_is_not_printed(
     """Plugin 2.8's settings check, run by its own __post_init__ against the cluster's real
     MinJobAge (300 s >= 3 x 2 s): the official executor warns that squeue would do; ours, which
     uses sacct on purpose, does not. Other warnings still pass."""
-    from snakemake_executor_plugin_snakedvc_slurm import SQUEUE_ADVICE
+    from snakemake_executor_plugin_snakedvc_slurm.executor import SQUEUE_ADVICE
 
     with caplog.at_level(logging.WARNING, logger=LOGGER):
         official.Executor.__post_init__(make_executor(tmp_path / "official"))

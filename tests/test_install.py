@@ -26,7 +26,7 @@ CHECK = textwrap.dedent(
     modules = {name: pathlib.Path(module_path(name)).is_file() for name in MODULES}
     absent = {name: importlib.util.find_spec(name) is None
               for name in ("numpy", "snakemake", "dvc", "molflux", "rdkit", "torch", "esol",
-                          "snakemake_executor_plugin_snakedvc_slurm")}
+                          "snakemake_executor_plugin_slurm")}
     print(json.dumps({"modules": modules, "absent": absent,
                       "schema": "sweep" in kit_schema()["properties"], "api": sorted(snakedvc.__all__)}))
     """
@@ -58,7 +58,7 @@ def test_kit_core_installs_without_numpy_snakemake_or_chemistry(tmp_path: Path) 
     python = new_venv(tmp_path / "venv")
     run(python, "-m", "pip", "install", "-q", "--disable-pip-version-check", str(source_copy(tmp_path / "source")))
     found = json.loads(run(python, "-c", CHECK).stdout)
-    assert found["modules"] == {"tracking": True, "sweep": True}
+    assert found["modules"] == {"kit": True, "tracking": True, "sweep": True}
     assert all(found["absent"].values()), found["absent"]
     assert found["schema"]
     assert "configure" in found["api"] and "sweep_plan" in found["api"]
@@ -101,3 +101,49 @@ def test_one_environment_with_engine_and_steps_runs_esol_with_python_on_path(tmp
     one = outputs(copy_project(tmp_path / "one"), [str(python), "-m", "snakemake"], "python=python")
     two = outputs(copy_project(tmp_path / "two"), [sys.executable, "-m", "snakemake"])
     assert one == two
+    # The kit's SLURM executor is installed there too, without the official plugin (numpy<2): local
+    # runs above were not disturbed, and asking for it says what to install.
+    slurm = subprocess.run(
+        [str(python), "-m", "snakemake", "--executor", "snakedvc-slurm", "--jobs", "1", *SMALL_RUN],
+        cwd=copy_project(tmp_path / "three"),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    said = slurm.stdout + slurm.stderr
+    assert slurm.returncode != 0 and 'pip install "snakedvc[engine]"' in said, said[-3000:]
+
+
+@pytest.mark.slow
+def test_the_readmes_install_lines_run_as_written_in_a_fresh_venv(tmp_path: Path) -> None:
+    """The tutorial's install block, line for line, with the kit cloned where it says (~/snakedvc)."""
+    import os
+    import re
+
+    home = tmp_path / "home"
+    home.mkdir()
+    subprocess.run(["git", "clone", "-q", str(REPO), str(home / "snakedvc")], check=True)
+    block = re.search(r'^```bash title="install"\n(.*?)^```$', (REPO / "README.md").read_text(), re.M | re.S)
+    assert block, "the README has no install block"
+    project = tmp_path / "project"
+    project.mkdir()
+    env = {key: value for key, value in os.environ.items() if key not in ("VIRTUAL_ENV", "PYTHONPATH")}
+    proc = subprocess.run(
+        ["bash", "-euo", "pipefail", "-c", block.group(1)],
+        cwd=project,
+        env={**env, "HOME": str(home), "PIP_DISABLE_PIP_VERSION_CHECK": "1"},
+        capture_output=True,
+        text=True,
+        timeout=1500,
+    )
+    assert proc.returncode == 0, f"{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+    assert "No broken requirements found" in proc.stdout
+    # The engine with the SLURM executor: Snakemake lists it, and the kit's commands are there.
+    executors = run(project / ".venv/bin/python", "-m", "snakemake", "--help").stdout
+    assert "snakedvc-slurm" in executors
+    assert "init" in run(project / ".venv/bin/snakedvc", "--help").stdout
+    # The install left nothing in the checkout that git would show.
+    assert (
+        subprocess.run(["git", "status", "--porcelain"], cwd=home / "snakedvc", capture_output=True, text=True).stdout
+        == ""
+    )

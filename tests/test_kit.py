@@ -226,3 +226,26 @@ def test_preflight_names_outputs_dvc_would_refuse_and_the_fix(dvc_repo: Path, mo
         snakedvc.ConfigError, match=r"results/model.pt: git tracks it.*git rm --cached results/model.pt"
     ):
         snakedvc.tracked(on, ["results/data/x.npz", "results/model.pt"])
+
+
+def test_flags_give_an_ordinary_argparse_script_its_hyperparameters() -> None:
+    import argparse
+    import shlex
+
+    section = {"lr": 0.01, "hidden_sizes": [64, 32], "weight_decay": 0, "name": "two words", "shuffle": False}
+    text = snakedvc.flags(section)
+    assert text == "--hidden-sizes 64 32 --lr 0.01 --name 'two words' --shuffle false --weight-decay 0"
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--lr", type=float)
+    parser.add_argument("--hidden-sizes", type=int, nargs="+")
+    parser.add_argument("--weight-decay", type=float)
+    parser.add_argument("--name")
+    parser.add_argument("--shuffle", type=lambda word: word == "true")
+    args = parser.parse_args(shlex.split(text))
+    assert vars(args) == {
+        "lr": 0.01,
+        "hidden_sizes": [64, 32],
+        "weight_decay": 0.0,
+        "name": "two words",
+        "shuffle": False,
+    }

@@ -261,12 +261,10 @@ def test_packages_installed_editable_from_the_repository_are_imported_from_the_w
     from tests.conftest import REPO
 
     workspace = tmp_path / "workspace"
-    for folder in ("src", "examples/esol/src", "plugins/slurm/src"):
+    for folder in ("src", "examples/esol/src"):
         (workspace / folder).mkdir(parents=True)
-    # This environment installs the kit, ESOL's steps and the executor editable from this repository.
-    assert source_paths(REPO, workspace) == sorted(
-        str(workspace / f) for f in ("src", "examples/esol/src", "plugins/slurm/src")
-    )
+    # This environment installs the kit (with its SLURM executor) and ESOL's steps editable from here.
+    assert source_paths(REPO, workspace) == sorted(str(workspace / f) for f in ("src", "examples/esol/src"))
     assert source_paths(tmp_path, workspace) == []  # nothing is installed from tmp_path
 
 

@@ -7,8 +7,11 @@ In a Snakefile
   the kit's schema, the rest against the workflow's own schema), with --config values typed.
 - ``module_path(name)``: a Snakemake module the kit ships (``"tracking"``, ``"sweep"``).
 - ``sweep_plan(config)``: the sweep of ``snakedvc.sweep``: the trial rule's outputs, params and
-  inputs (``outputs``, ``section``, ``trial_args``, ``log``, ``benchmark``), the winner (``best``).
-- ``tracked(config, *outputs)``: the ``.dvc`` targets that record outputs in DVC.
+  inputs (``outputs``, ``flags``, ``section``, ``trial_args``, ``log``, ``benchmark``), the winner (``best``).
+- ``tracked(config, *outputs)``: the ``.dvc`` targets that record outputs in DVC (checked first:
+  an output DVC would refuse stops the run before any job).
+- ``flags(section)``: a config section as ``--name value`` flags for an argparse script (the sweep
+  plan's ``flags(key)`` gives a trial's).
 - ``training_resources(nodes, gpus_per_node)``: a training rule's SLURM resources for that layout
   (``resources: **snakedvc.training_resources(K, G)``).
 - ``finish_run(config, workflow)``: in ``onsuccess``, save the run (or every sweep trial) as a DVC
@@ -34,7 +37,7 @@ from snakedvc.logs import log_to
 from snakedvc.progressbar import progress
 from snakedvc.sweep import plan as sweep_plan
 from snakedvc.tracking import finish_run
-from snakedvc.workflow import configure, module_path, tracked, training_resources
+from snakedvc.workflow import configure, flags, module_path, tracked, training_resources
 
 __version__ = "0.1.0"
 __all__ = [
@@ -42,6 +45,7 @@ __all__ = [
     "atomic_path",
     "configure",
     "finish_run",
+    "flags",
     "log_to",
     "module_path",
     "progress",

@@ -164,6 +164,15 @@ def cmd_clean(args: argparse.Namespace) -> None:
         print(f"removed the workspace of run {run.id} ({run.name}, {run.state})")
 
 
+def cmd_init(args: argparse.Namespace) -> None:
+    from snakedvc.init import init
+
+    done = init(".", config=args.config, dry_run=args.dry_run)
+    print("\n".join(done) if done else "nothing to do: the project has everything snakedvc init writes")
+    if args.dry_run:
+        print("(dry run: nothing written)")
+
+
 def cmd_controller(args: argparse.Namespace) -> None:
     from snakedvc.controller import main as controller_main
 
@@ -173,7 +182,7 @@ def cmd_controller(args: argparse.Namespace) -> None:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="snakedvc", description=__doc__)
     parser.add_argument("--version", action="version", version=__version__)
-    sub = parser.add_subparsers(dest="command", required=True)
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     def step(name: str, func: Any, help_text: str) -> argparse.ArgumentParser:
         p = sub.add_parser(name, help=help_text)
@@ -246,7 +255,14 @@ def build_parser() -> argparse.ArgumentParser:
 
     step("clean", cmd_clean, "remove finished runs' workspaces (their results are in DVC)")
 
-    p = step("controller", cmd_controller, argparse.SUPPRESS)
+    p = step("init", cmd_init, "set up this git repository for snakedvc: profiles, .gitignore, DVC, dvc.yaml, config")
+    p.add_argument("--config", default="config.yaml", help="the workflow's config file (default config.yaml)")
+    p.add_argument("--dry-run", action="store_true", help="say what would be written, write nothing")
+
+    # Started by `snakedvc submit`, not by hand: hidden from the command list.
+    p = sub.add_parser("controller")
+    p.set_defaults(func=cmd_controller)
+    p.add_argument("--log", help=argparse.SUPPRESS)
     p.add_argument("run_dir")
 
     return parser
@@ -254,6 +270,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     from snakedvc.config import ConfigError
+    from snakedvc.init import InitError
     from snakedvc.runs import RunError
     from snakedvc.tracking import TrackingError
 
@@ -261,7 +278,7 @@ def main(argv: list[str] | None = None) -> int:
     _setup_logging(getattr(args, "log", None))
     try:
         args.func(args)
-    except (ConfigError, FileNotFoundError, RunError, TrackingError, ValueError) as error:
+    except (ConfigError, FileNotFoundError, InitError, RunError, TrackingError, ValueError) as error:
         log.error("%s", error)
         print(f"snakedvc {args.command}: error: {error}", file=sys.stderr)
         return 1

@@ -323,6 +323,16 @@ class SweepPlan:
 
         return section_json
 
+    def flags(self, key: str) -> Callable[[Any], str]:
+        """Params function: the trial's config section (dotted key) at this rung as ``--name value``
+        flags (snakedvc.flags), for a script that reads its hyperparameters with argparse."""
+        from snakedvc.workflow import flags
+
+        def section_flags(wildcards: Any) -> str:
+            return flags(get_dotted(self.config_of(wildcards), key))
+
+        return section_flags
+
     def previous_state(self, wildcards: Any) -> list[str]:
         """Input function: the state this trial's previous rung ended in (none in rung 0)."""
         rung = int(wildcards.rung)

@@ -7,6 +7,7 @@ config settings are read.
 from __future__ import annotations
 
 import copy
+import json
 import os
 import shlex
 import shutil
@@ -21,7 +22,7 @@ import yaml
 from snakedvc.config import KEY, ConfigError, load_schema, validate_config
 from snakedvc.env import use_this_interpreter
 
-MODULES = ("tracking", "sweep")
+MODULES = ("kit", "tracking", "sweep")
 
 
 def module_path(name: str) -> str:
@@ -162,6 +163,28 @@ def preflight(paths: Sequence[str], root: str | Path = ".") -> None:
         )
     if problems:
         raise ConfigError("outputs that DVC cannot track (snakedvc.tracked):\n  " + "\n  ".join(problems))
+
+
+def flags(values: Mapping[str, Any]) -> str:
+    """A config section as command-line flags for an ordinary argparse script, quoted for a shell:
+    ``{"lr": 0.01, "hidden_sizes": [64, 32], "weight_decay": 0}`` gives
+    ``--hidden-sizes 64 32 --lr 0.01 --weight-decay 0`` (sorted; ``_`` becomes ``-``, as argparse
+    spells options; a list gives one word per item, for ``nargs="+"``; booleans are ``true``/``false``;
+    a nested mapping is one JSON word). Use it in ``params:``, so that a changed value reruns the rule.
+    """
+    words: list[str] = []
+    for key in sorted(values):
+        value = values[key]
+        words.append("--" + str(key).replace("_", "-"))
+        items = value if isinstance(value, list) else [value]
+        for item in items:
+            if isinstance(item, bool):
+                words.append("true" if item else "false")
+            elif isinstance(item, Mapping | list):
+                words.append(json.dumps(item, sort_keys=True))
+            else:
+                words.append(str(item))
+    return shlex.join(words)
 
 
 def training_resources(nodes: int = 1, gpus_per_node: int = 0) -> dict[str, Any]:

@@ -1,0 +1,247 @@
+"""The README's tutorial ("Use snakedvc in your own project"), followed as a stranger would.
+
+A new project in a temporary directory: its own prepare.py and plain PyTorch train.py (written
+here, not shipped in the repository), `snakedvc init`, then the README's blocks as written
+(config.yaml, Snakefile, sweep.yaml) and every step of "Run it": a local run, a retrain with
+another param, 2 processes, SIGTERM and resume, a sweep, a detached run after the sweep, the
+report, and the SLURM profile on the test cluster. No step edits anything the README does not.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.conftest import REPO, dvc, git, slurm_jobs_by_rule, trainers_in
+from tests.test_records import shown_experiments
+
+pytestmark = pytest.mark.slow
+BIN = Path(sys.executable).parent
+# The environment's bin first on PATH, as after `. .venv/bin/activate`.
+ENV = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}"}
+
+PREPARE = '''\
+"""Synthetic tabular data: two classes in 8 features, split into train, valid and test."""
+import argparse
+
+import numpy as np
+
+parser = argparse.ArgumentParser()
+parser.add_argument("--seed", type=int, default=0)
+parser.add_argument("--output", required=True)
+args = parser.parse_args()
+rng = np.random.default_rng(args.seed)
+X = rng.normal(size=(900, 8)).astype("float32")
+y = (X @ rng.normal(size=8) + 0.5 * rng.normal(size=900) > 0).astype("int64")
+np.savez(args.output, X_train=X[:600], y_train=y[:600], X_valid=X[600:750], y_valid=y[600:750],
+         X_test=X[750:], y_test=y[750:])
+print(f"wrote {args.output}")
+'''
+
+# A plain loop with argparse flags; the lines the README's "train.py lines" block names are the kit's.
+TRAIN = '''\
+"""A plain PyTorch classifier, trained with an ordinary argparse command line."""
+import argparse
+import json
+import os
+import sys
+
+import numpy as np
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from torch import nn
+
+from snakedvc.torch import EXIT_CHECKPOINTED, Resumable, TrainingStopped, add_resume_arguments
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--lr", type=float, default=0.1)
+    parser.add_argument("--hidden", type=int, default=16)
+    parser.add_argument("--epochs", type=int, default=10)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--data", required=True)
+    parser.add_argument("--model", required=True)
+    parser.add_argument("--metrics", required=True)
+    add_resume_arguments(parser)  # --checkpoint-dir, --continue-from, --final-state
+    args = parser.parse_args()
+    rank, world = int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
+    if world > 1:
+        dist.init_process_group("gloo")
+    torch.manual_seed(args.seed)
+    torch.set_num_threads(1)
+    data = np.load(args.data)
+    X = {s: torch.from_numpy(data[f"X_{s}"]) for s in ("train", "valid", "test")}
+    y = {s: torch.from_numpy(data[f"y_{s}"]) for s in ("train", "valid", "test")}
+    model = nn.Sequential(nn.Linear(8, args.hidden), nn.ReLU(), nn.Linear(args.hidden, 2))
+    optimizer = torch.optim.SGD(model.parameters(), lr=args.lr)
+    resume = Resumable.from_args(args, vars(args), inputs=[args.data])
+    start = resume.load(model, optimizer, first_epoch=1)
+    net = nn.parallel.DistributedDataParallel(model) if world > 1 else model
+    for epoch in range(start.epoch, args.epochs + 1):
+        order = torch.randperm(600, generator=torch.Generator().manual_seed(args.seed * 1000 + epoch))
+        for _, batch in resume.steps(order.split(30), epoch):
+            mine = batch[rank::world]
+            loss = F.cross_entropy(net(X["train"][mine]), y["train"][mine], reduction="sum") * world / len(batch)
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+        print(f"epoch {epoch} loss {loss.item():.4f}", flush=True)
+        resume.save()
+    resume.finish()
+    if rank == 0:
+        with torch.no_grad():
+            accuracy = {s: (model(X[s]).argmax(1) == y[s]).float().mean().item() for s in ("valid", "test")}
+        torch.save(model.state_dict(), args.model)
+        with open(args.metrics, "w") as handle:
+            json.dump({"valid_accuracy": accuracy["valid"], "test_accuracy": accuracy["test"], "epochs": args.epochs},
+                      handle)
+
+
+if __name__ == "__main__":
+    try:
+        main()
+    except TrainingStopped:
+        sys.exit(EXIT_CHECKPOINTED)
+'''
+
+
+def readme_blocks() -> dict[str, str]:
+    """The README's fenced blocks that carry a title (```lang title="NAME"), by title."""
+    text = (REPO / "README.md").read_text()
+    return dict(re.findall(r'^```\w+ title="([^"]+)"\n(.*?)^```$', text, re.MULTILINE | re.DOTALL))
+
+
+def run(project: Path, *args: str, check: bool = True, timeout: float = 600) -> subprocess.CompletedProcess[str]:
+    proc = subprocess.run(list(args), cwd=project, capture_output=True, text=True, timeout=timeout, env=ENV)
+    if check and proc.returncode != 0:
+        raise AssertionError(
+            f"{' '.join(args)} failed ({proc.returncode}):\n{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}"
+        )
+    return proc
+
+
+def snakemake(project: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    return run(project, str(BIN / "snakemake"), *args, check=check)
+
+
+def experiments(project: Path) -> dict[str, dict]:
+    return shown_experiments(project)
+
+
+def test_the_readmes_train_py_lines_are_the_ones_the_tutorial_project_uses() -> None:
+    lines = {line.strip() for line in TRAIN.splitlines()}
+    shown = [line.strip() for line in readme_blocks()["train.py lines"].splitlines() if line.strip()]
+    assert shown and [line for line in shown if line not in lines] == []
+    # The README's counts of the kit's lines are what its blocks hold.
+    snakefile = readme_blocks()["Snakefile"]
+    assert sum("# kit" in line for line in snakefile.splitlines()) == 18
+    assert len(shown) == 10
+
+
+@pytest.fixture(scope="module")
+def project(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    blocks = readme_blocks()
+    project = tmp_path_factory.mktemp("tutorial") / "classifier"
+    project.mkdir()
+    git(project, "init", "-q", "-b", "main")
+    git(project, "config", "user.email", "user@example.com")
+    git(project, "config", "user.name", "a user")
+    (project / "prepare.py").write_text(PREPARE)
+    (project / "train.py").write_text(TRAIN)
+    git(project, "add", "-A")
+    git(project, "commit", "-q", "-m", "my classifier")
+    run(project, str(BIN / "snakedvc"), "init")
+    for name in ("config.yaml", "Snakefile", "sweep.yaml"):
+        (project / name).write_text(blocks[name])
+    git(project, "add", "-A")
+    git(project, "commit", "-q", "-m", "snakedvc")
+    return project
+
+
+def test_the_tutorial_runs_locally_end_to_end(project: Path) -> None:
+    # A run: one experiment, with the metrics the run wrote; git sees only the .dvc files of outputs.
+    snakemake(project, "--profile", "profiles/local")
+    first = json.loads((project / "results/metrics.json").read_text())
+    (record,) = experiments(project).values()
+    assert record["metrics"]["results/metrics.json"] == first and record["params"]["train"]["lr"] == 0.1
+    seen = git(project, "status", "--porcelain", "--untracked-files=all").split()
+    assert [p for p in seen if p != "??"] == ["results/model.pt.dvc"], seen
+    assert "epoch 10 loss" in (project / "logs/fit.log").read_text()  # train.py's print()s reach the log
+
+    # Another learning rate retrains (params: reach the command) and is a second experiment.
+    snakemake(project, "--profile", "profiles/local", "--config", "train={lr: 0.3}")
+    assert sorted(e["params"]["train"]["lr"] for e in experiments(project).values()) == [0.1, 0.3]
+
+    # 2 processes under torchrun, stopped by SIGTERM mid-training, then the rerun resumes.
+    long = ["--profile", "profiles/local", "--config", "procs=2", "train={lr: 0.3, epochs: 400}"]
+    first_try = subprocess.Popen([str(BIN / "snakemake"), *long], cwd=project, env=ENV,
+                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)  # fmt: skip
+    log = project / "logs/fit.log"
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and not re.search(
+        r"\[default1\]:epoch 5 loss", log.read_text() if log.exists() else ""
+    ):
+        time.sleep(0.2)
+    # As SLURM does at a time limit: TERM to every process of the step (torchrun's agent and both ranks).
+    trainers = trainers_in(project, b"train.py")
+    assert len(trainers) == 3, (trainers, log.read_text()[-2000:] if log.exists() else "")
+    for pid in trainers:
+        subprocess.run(["kill", "-TERM", str(pid)], check=False)
+    output, _ = first_try.communicate(timeout=120)
+    assert first_try.returncode != 0, output[-2000:]
+    stopped = log.read_text()
+    assert "[default0]:" in stopped and "will checkpoint and stop" in stopped, stopped[-3000:]
+    snakemake(project, *long)
+    resumed = log.read_text()
+    assert re.search(r"\[default0\]:.* resumed from epoch \d+ step \d+", resumed), resumed[-3000:]
+    assert "[default1]:epoch 400 loss" in resumed and (project / "logs/fit.log.ranks").is_dir()
+
+    # A sweep: one experiment per trial, holding its own trial.json and no plain run's metrics.
+    snakemake(project, "--profile", "profiles/local", "--configfile", "sweep.yaml")
+    trials = {name: e for name, e in experiments(project).items() if name.startswith("first-")}
+    assert len(trials) == 4
+    for trial in trials.values():
+        assert trial["metrics"]["results/metrics.json"] is None and trial["metrics"]["results/trial.json"]
+
+    # A detached run after the sweep: trains with its param and saves its experiment.
+    run_id = run(
+        project, str(BIN / "snakedvc"), "submit", "--name", "lr-low", "--", "--config", "train={lr: 0.03}"
+    ).stdout.strip()
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline:
+        (state,) = [
+            r for r in json.loads(run(project, str(BIN / "snakedvc"), "runs", "--json").stdout) if r["id"] == run_id
+        ]
+        if state["state"] not in ("queued", "running"):
+            break
+        time.sleep(1)
+    assert state["state"] == "done" and state["experiments"] == ["lr-low"], state
+    assert experiments(project)["lr-low"]["params"]["train"]["lr"] == 0.03
+
+    # The report: the last run in this repository (the sweep), said in its header.
+    run(project, str(BIN / "snakedvc"), "report")
+    page = (project / "results/report.html").read_text()
+    header = dict(re.findall(r'data-run="([^"]+)">([^<]*)<', page))
+    assert header["sweep"] == "results/sweeps/first/report" and header["outcome"] == "done", header
+    assert 'id="sweep"' in page
+
+
+@pytest.mark.slurm
+def test_the_tutorial_runs_on_the_test_cluster(project: Path, slurm_cluster: None) -> None:
+    proc = snakemake(project, "--profile", "profiles/slurm", "--config", "train={lr: 0.05}")
+    jobs = slurm_jobs_by_rule(proc.stdout + proc.stderr)
+    assert jobs.get("fit"), jobs  # a SLURM job (prepare is up to date from the local runs)
+    found = {e["params"]["train"]["lr"]: e for e in experiments(project).values() if e["params"]}
+    assert found[0.05]["metrics"]["results/metrics.json"] == json.loads((project / "results/metrics.json").read_text())
+    assert dvc(project, "status").returncode == 0
+    assert yaml.safe_load((project / "profiles/slurm/partitions.yaml").read_text())["partitions"]
