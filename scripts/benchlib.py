@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import platform
 import re
+import statistics
 import subprocess
 import time
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 # Two environments (scripts/setup): the engine runs snakemake, .venv-esol the ESOL steps. A
@@ -29,6 +31,24 @@ def timed(cmd: list[str], cwd: Path | str) -> float:
     if proc.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd)} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
     return elapsed
+
+
+def alternated(variants: dict[str, tuple[list[str], Path]], repeats: int, before: Any = None) -> dict[str, list[float]]:
+    """Wall seconds of each variant's command, ``repeats`` times, the variants taking turns (A B C A B C ...)
+    so that drift in the machine's load falls on all of them alike. ``before(name)`` runs before each
+    timed run (e.g. to clear the last run's outputs)."""
+    times: dict[str, list[float]] = {name: [] for name in variants}
+    for _ in range(repeats):
+        for name, (cmd, cwd) in variants.items():
+            if before is not None:
+                before(name)
+            times[name].append(timed(cmd, cwd))
+    return times
+
+
+def spread(values: list[float]) -> str:
+    """'median (min–max, n=N)' of a list of seconds."""
+    return f"{statistics.median(values):.2f} ({min(values):.2f}–{max(values):.2f}, n={len(values)})"
 
 
 def machine() -> str:

@@ -20,6 +20,7 @@ import datetime as dt
 import html
 import io
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -155,26 +156,75 @@ def curves_png(series: dict[str, dict[str, list[tuple[float, float]]]], title: s
     return buffer.getvalue()
 
 
-def benchmark_jobs(root: Path) -> list[dict[str, Any]]:
-    """Snakemake's benchmark files (each rule's `benchmark:`): wall time, CPU time, max RSS."""
-    jobs = []
-    for path in sorted((root / "logs" / "benchmarks").rglob("*.tsv")):
+_JOB_BLOCK = re.compile(
+    r"^\[(?P<when>[A-Z][a-z]{2} [A-Z][a-z]{2} +\d+ [\d:]+ \d{4})\]\n(?:local)?(?:rule|checkpoint) (?P<rule>[\w.]+):\n"
+    r"(?P<body>(?:    .*\n)+)",
+    re.MULTILINE,
+)
+_FINISHED = re.compile(r"^\[(?P<when>[^\]\n]+)\]\nFinished jobid: (?P<jobid>\d+)", re.MULTILINE)
+_SUBMITTED_JOB = re.compile(r"Job (\d+) has been submitted with SLURM jobid (\d+)")
+
+
+def _log_time(text: str) -> float:
+    return dt.datetime.strptime(" ".join(text.split()), "%a %b %d %H:%M:%S %Y").timestamp()
+
+
+def log_jobs(log_text: str) -> list[dict[str, Any]]:
+    """Every job of a Snakemake log, in order: rule, wildcards, Snakemake's job id, its benchmark file,
+    when it was started (locally) or submitted (SLURM) and when it finished (None if it did not), and
+    the SLURM job id where it was one. A job retried appears once, with its last attempt."""
+    jobs: dict[str, dict[str, Any]] = {}
+    for block in _JOB_BLOCK.finditer(log_text):
+        fields = dict(re.findall(r"^    (\w+): (.*)$", block.group("body"), re.MULTILINE))
+        jobid = fields.get("jobid", "")
+        jobs[jobid] = {
+            "rule": block.group("rule"),
+            "wildcards": fields.get("wildcards", ""),
+            "jobid": jobid,
+            "benchmark": fields.get("benchmark", ""),
+            "started": _log_time(block.group("when")),
+            "finished": None,
+            "slurm_job": "",
+        }
+    for found in _FINISHED.finditer(log_text):
+        if found.group("jobid") in jobs:
+            jobs[found.group("jobid")]["finished"] = _log_time(found.group("when"))
+    for jobid, slurm_job in _SUBMITTED_JOB.findall(log_text):
+        if jobid in jobs:
+            jobs[jobid]["slurm_job"] = slurm_job
+    return list(jobs.values())
+
+
+def benchmark_row(path: Path) -> dict[str, Any]:
+    """The last line of a Snakemake benchmark file: wall and CPU seconds, max RSS (MB); {} if unreadable."""
+    try:
         lines = path.read_text().splitlines()
-        if len(lines) < 2:
-            continue
         row = dict(zip(lines[0].split("\t"), lines[-1].split("\t"), strict=False))
-        try:
-            seconds, cpu = float(row["s"]), float(row.get("cpu_time") or 0)
-        except (KeyError, ValueError):
-            continue
         rss = row.get("max_rss", "")
-        jobs.append({
-            "job": str(path.relative_to(root / "logs" / "benchmarks").with_suffix("")),
-            "elapsed_s": seconds,
-            "cpu_s": cpu,
+        return {
+            "elapsed_s": float(row["s"]),
+            "cpu_s": float(row.get("cpu_time") or 0),
             "max_rss": f"{float(rss):.0f} MB" if rss not in ("", "NA", "-") else "-",
+        }
+    except (OSError, IndexError, KeyError, ValueError):
+        return {}
+
+
+def run_jobs(root: Path, jobs: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """A row for every job of the run: its benchmark file's figures where the rule has ``benchmark:``,
+    else the times in Snakemake's log (whole seconds, no CPU or memory figure)."""
+    rows = []
+    for job in jobs:
+        measured = benchmark_row(root / job["benchmark"]) if job["benchmark"] else {}
+        logged = job["finished"] - job["started"] if job["finished"] is not None else None
+        rows.append({
+            "job": " ".join(filter(None, [job["rule"], job["wildcards"]])),
+            "elapsed_s": measured.get("elapsed_s", logged if logged is not None else "-"),
+            "cpu_s": measured.get("cpu_s", "-"),
+            "max_rss": measured.get("max_rss", "-"),
+            "measured by": "benchmark file" if measured else "Snakemake's log",
         })  # fmt: skip
-    return jobs
+    return rows
 
 
 def slurm_jobs(log_text: str) -> dict[str, str]:
@@ -246,6 +296,18 @@ def _sacct_rows(names: dict[str, str]) -> list[dict[str, Any]]:
     return rows
 
 
+def gather_frequency() -> str:
+    """The cluster's accounting sampling interval, as `scontrol show config` says ("30 s"), or "?"."""
+    proc = (
+        subprocess.run(["scontrol", "show", "config"], capture_output=True, text=True)
+        if shutil.which("scontrol")
+        else None
+    )
+    found = re.search(r"^JobAcctGatherFrequency\s*=\s*(\S+)", proc.stdout if proc else "", re.MULTILINE)
+    value = found.group(1) if found else "?"
+    return f"{value} s" if value.isdigit() else value
+
+
 def _seconds(text: str) -> float:
     """sacct's [D-]HH:MM:SS(.fff) or MM:SS.fff."""
     if not text:
@@ -267,9 +329,10 @@ def _kilobytes(text: str) -> float:
 
 
 def job_dag_svg(root: Path, snakemake_args: Sequence[str]) -> tuple[str, str]:
-    """The run's job DAG as SVG (``snakemake --dag``, finished jobs dashed), or "" and why not."""
+    """The run's job DAG as SVG, or "" and why not: graphviz's drawing of ``snakemake --dag`` (finished
+    jobs dashed) where `dot` is installed, else the kit's own layered drawing of ``snakemake --d3dag``."""
     if shutil.which("dot") is None:
-        return "", "graphviz's dot is not installed (apt install graphviz): no DAG"
+        return kit_dag_svg(root, snakemake_args)
     dag = subprocess.run(
         [sys.executable, "-m", "snakemake", "--dag", "--nolock", "--quiet", "all", *snakemake_args],
         cwd=root,
@@ -284,6 +347,83 @@ def job_dag_svg(root: Path, snakemake_args: Sequence[str]) -> tuple[str, str]:
         return "", f"dot failed: {svg.stderr.strip()[-500:]}"
     text = svg.stdout
     return text[text.find("<svg") :], ""
+
+
+def kit_dag_svg(root: Path, snakemake_args: Sequence[str]) -> tuple[str, str]:
+    """The job DAG drawn without graphviz: ``snakemake --d3dag`` laid out by layered_svg."""
+    dag = subprocess.run(
+        # --forceall: every job of the DAG with its edges (without it, jobs already done have none).
+        [sys.executable, "-m", "snakemake", "--d3dag", "--forceall", "--nolock", "--quiet", "all", *snakemake_args],
+        cwd=root,
+        capture_output=True,
+        text=True,
+    )
+    start = dag.stdout.find("{")
+    try:
+        graph = json.loads(dag.stdout[start:]) if dag.returncode == 0 and start >= 0 else None
+    except ValueError:
+        graph = None
+    if graph is None:
+        return "", f"snakemake --d3dag failed: {(dag.stderr or dag.stdout).strip()[-500:]}"
+    labels = {node["id"]: str(node["value"].get("label") or node["value"].get("rule")) for node in graph["nodes"]}
+    edges = [(edge["u"], edge["v"]) for edge in graph.get("edges") or graph.get("links") or []]
+    return layered_svg(labels, edges), "drawn by snakedvc (graphviz's dot is not installed)"
+
+
+def layered_svg(labels: dict[int, str], edges: Sequence[tuple[int, int]]) -> str:
+    """A DAG as SVG: each node one layer below its deepest input (longest path), nodes of a layer
+    ordered by the mean position of their inputs, arrows from input to job. No graphviz needed."""
+    inputs: dict[int, list[int]] = {node: [] for node in labels}
+    for source, target in edges:
+        inputs[target].append(source)
+    layer: dict[int, int] = {}
+
+    def depth(node: int) -> int:
+        if node not in layer:
+            layer[node] = 0  # guards a cycle (a DAG has none)
+            layer[node] = 1 + max((depth(parent) for parent in inputs[node]), default=-1)
+        return layer[node]
+
+    for node in labels:
+        depth(node)
+    rows: dict[int, list[int]] = {}
+    place: dict[int, float] = {}
+    for node in sorted(labels, key=lambda n: (layer[n], labels[n], n)):
+        rows.setdefault(layer[node], []).append(node)
+    for index in sorted(rows):
+        row = rows[index]
+        row.sort(key=lambda n: (sum(place[p] for p in inputs[n]) / len(inputs[n]) if inputs[n] else 0.0, labels[n]))
+        for position, node in enumerate(row):
+            place[node] = float(position)
+    width, height, gap_x, gap_y = 150, 34, 20, 36
+    widest = max((len(row) for row in rows.values()), default=1)
+    x = {n: 10 + place[n] * (width + gap_x) for n in labels}
+    y = {n: 10 + layer[n] * (height + gap_y) for n in labels}
+    parts = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{20 + widest * (width + gap_x)}" '
+        f'height="{20 + len(rows) * (height + gap_y)}" font-family="sans-serif" font-size="11">',
+        '<defs><marker id="arrow" viewBox="0 0 8 8" refX="8" refY="4" markerWidth="6" markerHeight="6" '
+        'orient="auto"><path d="M0,0 L8,4 L0,8 z" fill="#666"/></marker></defs>',
+    ]
+    for source, target in edges:
+        parts.append(
+            f'<line x1="{x[source] + width / 2:.0f}" y1="{y[source] + height:.0f}" x2="{x[target] + width / 2:.0f}" '
+            f'y2="{y[target]:.0f}" stroke="#666" marker-end="url(#arrow)"/>'
+        )
+    for node, label in labels.items():
+        lines = label.split("\n")
+        parts.append(
+            f'<g><title>{html.escape(" ".join(lines))}</title><rect x="{x[node]:.0f}" y="{y[node]:.0f}" width="{width}" '
+            f'height="{height}" rx="6" fill="#eef3fb" stroke="#4a6fa5"/>'
+        )
+        for i, line in enumerate(lines[:2]):
+            parts.append(
+                f'<text x="{x[node] + width / 2:.0f}" y="{y[node] + height / 2 + 4 - 6 * (min(len(lines), 2) - 1) + 12 * i:.0f}" text-anchor="middle">'
+                f"{html.escape(line[:24])}</text>"
+            )
+        parts.append("</g>")
+    parts.append("</svg>")
+    return "\n".join(parts)
 
 
 def sweep_section(report_dir: Path) -> str:
@@ -350,12 +490,23 @@ def collect(root: Path, title: str, snakemake_args: Sequence[str] = (), sweep_di
     report.dag_svg, report.dag_note = job_dag_svg(root, snakemake_args)
     last_log = _latest_snakemake_log(root)
     run_over = "Complete log(s):" in last_log  # Snakemake's last line, after success or failure
+    jobs = log_jobs(last_log)
     slurm = sacct_jobs(slurm_jobs(last_log), ACCOUNTING_SETTLE_S if run_over else 0.0)
-    report.jobs, report.jobs_source = (
-        (slurm, "sacct (SLURM jobs in Snakemake's last log)")
-        if slurm
-        else (benchmark_jobs(root), "Snakemake benchmark files")
-    )
+    if slurm:
+        # The job's own peak memory beside accounting's: sacct samples a job every
+        # JobAcctGatherFrequency seconds, so a job shorter than that may show next to nothing.
+        in_job = {job["slurm_job"]: benchmark_row(root / job["benchmark"]) for job in jobs if job["benchmark"]}
+        for row in slurm:
+            row["max_rss_in_job"] = in_job.get(row["job"].split()[0], {}).get("max_rss", "-")
+        report.jobs = slurm
+        report.jobs_source = (
+            "sacct (SLURM jobs in Snakemake's last log). max_rss is accounting's, sampled every "
+            f"{gather_frequency()} (JobAcctGatherFrequency): a job shorter than that may show next to nothing; "
+            "max_rss_in_job is Snakemake's own sampling inside the job, from the rule's benchmark file"
+        )
+    else:
+        report.jobs = run_jobs(root, jobs)
+        report.jobs_source = "Snakemake's last log: every job; figures from the rule's benchmark file where it has one"
     if sweep_dir and (sweep_dir / "summary.csv").is_file():
         report.sweep = sweep_section(sweep_dir)
         # The winner's final evaluation (the sweep module's `final` folder): its metrics and plots.
@@ -464,7 +615,12 @@ def render(report: Report) -> str:
     parts += [_figure(data, mime, name) for name, mime, data in report.images] or ["<p>(none)</p>"]
     parts.append('<h2 id="dag">Job DAG</h2>')
     parts.append(
-        f'<div class="dag">{report.dag_svg}</div>' if report.dag_svg else f"<p>{html.escape(report.dag_note)}</p>"
+        (
+            f'<div class="dag">{report.dag_svg}</div>'
+            + (f'<p class="meta">{html.escape(report.dag_note)}</p>' if report.dag_note else "")
+        )
+        if report.dag_svg
+        else f"<p>{html.escape(report.dag_note)}</p>"
     )
     parts.append(f'<h2 id="resources">Resources used</h2><p class="meta">From {html.escape(report.jobs_source)}.</p>')
     parts.append(_table(report.jobs))
