@@ -28,9 +28,7 @@ from snakemake_interface_common.exceptions import WorkflowError
 from snakemake_interface_executor_plugins.executors.base import SubmittedJobInfo
 from snakemake_interface_executor_plugins.settings import SharedFSUsage
 
-from snakedvc import report
 from snakemake_executor_plugin_snakedvc_slurm.executor import (
-    ACTIVE_STATES,
     SUPPORTED_PLUGIN_VERSIONS,
     Executor,
     ExecutorSettings,
@@ -44,11 +42,6 @@ from snakemake_executor_plugin_snakedvc_slurm.executor import (
 from tests.conftest import REPO, SNAKEMAKE, slurm_jobs_by_rule
 
 LOGGER = "snakedvc-slurm-test"
-
-
-def test_the_report_and_the_executor_agree_on_which_slurm_states_are_still_active() -> None:
-    # Two copies (the plugin does not depend on the kit): one must not learn a state the other misses.
-    assert report.ACTIVE_STATES == ACTIVE_STATES
 
 
 class Resources(dict):

@@ -36,30 +36,10 @@ from snakedvc.io import atomic_path
 from snakedvc.live import PLOTS_DIR, find_logs
 from snakedvc.records import dvc_yaml_entries, read_record, within
 from snakedvc.runs import submitted_slurm_jobs
+from snakedvc.slurm import ACTIVE_STATES
 
-# SLURM states of a job that is still queued or running: snakedvc-slurm's ACTIVE_STATES, kept apart
-# because the plugin does not depend on the kit (tests/test_executor_plugin.py checks they agree).
 # Accounting hears of a job's end a moment after Snakemake does (snakedvc-slurm sees the exit code
 # the batch script leaves), so a report written straight after a run waits a little for it.
-ACTIVE_STATES = frozenset(
-    {
-        "PENDING",
-        "RUNNING",
-        "REQUEUED",
-        "REQUEUE_FED",
-        "REQUEUE_HOLD",
-        "RESIZING",
-        "SUSPENDED",
-        "CONFIGURING",
-        "COMPLETING",
-        "STAGE_OUT",
-        "SIGNALING",
-        "SPECIAL_EXIT",
-        "STOPPED",
-        "RESV_DEL_HOLD",
-        "POWER_UP_NODE",
-    }
-)
 ACCOUNTING_SETTLE_S = 20.0
 
 IMAGE_TYPES = {".png": "image/png", ".jpg": "image/jpeg", ".jpeg": "image/jpeg", ".svg": "image/svg+xml"}

@@ -75,6 +75,9 @@ from snakemake_executor_plugin_slurm.job_status_query import (
 from snakemake_interface_common.exceptions import WorkflowError
 from snakemake_interface_executor_plugins.executors.base import SubmittedJobInfo
 
+# States of a job that is still queued or running: such a job needs nothing from the plugin this round.
+from snakedvc.slurm import ACTIVE_STATES
+
 PLUGIN = "snakemake-executor-plugin-slurm"
 # The releases whose check_active_jobs, get_account_arg, run_jobs and status-query helpers
 # these overrides were read against (2.7.1 and 2.8.0 are identical there).
@@ -102,27 +105,6 @@ def check_plugin_version(installed: str) -> None:
 
 check_plugin_version(importlib.metadata.version(PLUGIN))
 
-# States of a job that is still queued or running (SLURM's job state codes): such a job
-# needs nothing from the plugin this round.
-ACTIVE_STATES = frozenset(
-    {
-        "PENDING",
-        "RUNNING",
-        "REQUEUED",
-        "REQUEUE_FED",
-        "REQUEUE_HOLD",
-        "RESIZING",
-        "SUSPENDED",
-        "CONFIGURING",
-        "COMPLETING",
-        "STAGE_OUT",
-        "SIGNALING",
-        "SPECIAL_EXIT",
-        "STOPPED",
-        "RESV_DEL_HOLD",
-        "POWER_UP_NODE",
-    }
-)
 # The plugin's fail_stati (check_active_jobs) less NODE_FAIL, which it handles apart (requeue).
 FAIL_STATES = frozenset({"BOOT_FAIL", "CANCELLED", "DEADLINE", "FAILED", "OUT_OF_MEMORY", "TIMEOUT", "ERROR"})
 # How the Snakemake inside a SLURM job runs its job, or a group job's jobs (see
