@@ -144,7 +144,7 @@ def test_the_readmes_train_py_lines_are_the_ones_the_tutorial_project_uses() -> 
     assert shown and [line for line in shown if line not in lines] == []
     # The README's counts of the kit's lines are what its blocks hold.
     snakefile = readme_blocks()["Snakefile"]
-    assert sum("# kit" in line for line in snakefile.splitlines()) == 18
+    assert sum("# kit" in line for line in snakefile.splitlines()) == 15
     assert len(shown) == 10
 
 

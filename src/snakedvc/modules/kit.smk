@@ -1,12 +1,27 @@
-# snakedvc in one module: tracking (`dvc add` of finished outputs on the submit host) and sweeps.
+# snakedvc in one line of a Snakefile: tracking (`dvc add` of finished outputs on the submit host)
+# and sweeps, as rules kit_track, kit_rung and kit_report.
 #
-#   module kit:
-#       snakefile: snakedvc.module_path("kit")
-#       config: config
-#   use rule * from kit as kit_*
+#   include: snakedvc.module_path("kit")
 #
-# The same rules as the two modules it includes, which a workflow may also use one at a time.
+# The two modules it uses, which a workflow may also use one at a time under names of its own.
+import snakedvc
 
 
-include: "tracking.smk"
-include: "sweep.smk"
+module snakedvc_tracking:
+    snakefile:
+        snakedvc.module_path("tracking")
+    config:
+        config
+
+
+use rule * from snakedvc_tracking as kit_*
+
+
+module snakedvc_sweep:
+    snakefile:
+        snakedvc.module_path("sweep")
+    config:
+        config
+
+
+use rule * from snakedvc_sweep as kit_*
