@@ -65,3 +65,16 @@ def test_init_writes_what_a_project_needs_and_never_overwrites(tmp_path: Path, m
 def test_init_outside_a_git_repository_says_what_to_do(tmp_path: Path) -> None:
     proc = snakedvc_cli(tmp_path, "init")
     assert proc.returncode == 1 and "git init" in proc.stderr
+
+
+def test_help_lists_the_users_commands_and_hides_the_controller() -> None:
+    from snakedvc.cli import build_parser
+
+    text = build_parser().format_help()
+    assert "SUPPRESS" not in text
+    listed = {
+        line.split()[0]
+        for line in text.split("positional arguments:")[-1].splitlines()[2:]
+        if line.startswith("    ") and not line.startswith("     ")
+    }
+    assert {"init", "launch", "submit", "runs", "report"} <= listed and "controller" not in listed, listed
