@@ -249,3 +249,22 @@ def test_flags_give_an_ordinary_argparse_script_its_hyperparameters() -> None:
         "name": "two words",
         "shuffle": False,
     }
+
+
+def test_a_failed_push_keeps_dvcs_reason_names_the_remote_and_says_the_experiment_is_saved(
+    dvc_repo: Path, tmp_path: Path
+) -> None:
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder\n")
+    dvc(dvc_repo, "remote", "add", "-d", "store", str(blocker / "remote"))
+    (dvc_repo / "out").mkdir()
+    (dvc_repo / "out/model.pt").write_bytes(b"weights")
+    dvc(dvc_repo, "add", "out/model.pt")
+    config = {"snakedvc": {"experiment": {"push": True}}}
+    with pytest.raises(TrackingError) as error:
+        save_experiment(config, ["out/model.pt"], name="pushed", root=dvc_repo)
+    said = str(error.value)
+    assert "experiment pushed is saved" in said and f"store {blocker / 'remote'}" in said, said
+    assert "Not a directory" in said and "Having any troubles" not in said, said
+    assert "dvc push && dvc exp push origin pushed" in said
+    assert "pushed" in dvc(dvc_repo, "exp", "list", "--name-only").stdout

@@ -205,6 +205,18 @@ def test_bad_input_names_the_thing_at_fault(repo: Path, tmp_path: Path) -> None:
     assert missing.returncode == 1 and "profiles/nope" in missing.stderr
     unknown = snakedvc(repo, "logs", "20990101-000000-beef", check=False)
     assert unknown.returncode == 1 and "20990101-000000-beef" in unknown.stderr
+    for command in ("logs", "cancel"):  # an empty id is no prefix of every run
+        empty = snakedvc(repo, command, "", check=False)
+        assert empty.returncode == 1 and "give a run" in empty.stderr, empty.stderr
+    # The workflow is loaded before anything is frozen: a missing config file or a bad key stops here.
+    nofile = snakedvc(repo, "submit", "--", "--configfile", "config/nope.yaml", check=False)
+    assert nofile.returncode == 1 and "config/nope.yaml" in nofile.stderr and "Traceback" not in nofile.stderr
+    badkey = snakedvc(repo, "submit", "--", "--config", "train={lr: fast}", check=False)
+    assert badkey.returncode == 1 and "train" in badkey.stderr and "lr" in badkey.stderr, badkey.stderr
+    assert git(repo, "for-each-ref", "refs/snakedvc") == ""  # nothing frozen
+    outside = snakedvc(repo, "submit", "--share", "../../../../../tmp", check=False)
+    assert outside.returncode == 1 and "only paths inside the project" in outside.stderr, outside.stderr
+    assert not list((tmp_path.parent).glob("**/workspace/tmp"))
     assert not (repo / ".snakedvc" / "runs").exists() or not list((repo / ".snakedvc" / "runs").iterdir())
     profile = tmp_path / "p"
     profile.mkdir()

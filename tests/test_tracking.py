@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -39,10 +40,19 @@ def test_good_experiment_names(name: str) -> None:
     assert validate_experiment_name(name) == name
 
 
-@pytest.mark.parametrize("name", ["x; touch /tmp/pwned", "$(reboot)", "-rf", "a/b", "a..b", "x.lock", ""])
+@pytest.mark.parametrize("name", ["x; touch /tmp/pwned", "$(reboot)", "-rf", "a/b", "a..b", "x.lock", "x.", ""])
 def test_bad_experiment_names_are_rejected(name: str) -> None:
     with pytest.raises(ValueError, match="not allowed"):
         validate_experiment_name(name)
+
+
+@pytest.mark.parametrize("name", ["a..b", "x.lock", "x."])
+def test_names_git_refuses_stop_the_run_at_configure_not_at_its_end(name: str) -> None:
+    """The schema's pattern lets these through; the end of the run (a git ref) would not."""
+    import snakedvc
+
+    with pytest.raises(snakedvc.ConfigError, match=rf"experiment.name '{re.escape(name)}' is not allowed"):
+        snakedvc.configure({"snakedvc": {"experiment": {"name": name}}})
 
 
 def test_injected_experiment_name_fails_before_any_job(project: Path, tmp_path: Path) -> None:

@@ -43,8 +43,8 @@ import yaml
 
 from snakedvc.io import atomic_path
 from snakedvc.live import METRICS_FILE, Progress, find_logs, read_progress
+from snakedvc.names import validate_experiment_name
 from snakedvc.records import ignore_kit_folder, read_record, snakemake_outputs
-from snakedvc.tracking import validate_experiment_name
 
 RUNS_DIR = Path(".snakedvc") / "runs"
 RUN_REF_PREFIX = "refs/snakedvc/runs/"
@@ -199,6 +199,27 @@ def earlier_outputs(root: Path) -> list[str]:
     return sorted(outputs | beside)
 
 
+def check_workflow_loads(root: Path, profile: str, snakemake_args: Sequence[str]) -> None:
+    """Load the workflow as the run will (profile, config files, --config: the Snakefile's config
+    checks and schemas), listing its rules only, before anything is frozen or started: a missing
+    --configfile or a bad key fails here with Snakemake's own message, not in the controller later."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "snakemake", "--profile", profile, "--list-rules", *snakemake_args],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        env=clean_slurm_environment(os.environ),
+    )
+    if proc.returncode != 0:
+        said = [
+            line.rstrip()
+            for line in (proc.stderr + proc.stdout).splitlines()
+            # Snakemake's own messages start at the margin; the traceback's code lines are indented.
+            if line.strip() and not line.startswith((" ", "\t", "Traceback", "Using profile"))
+        ]
+        raise RunError("the run's workflow does not load, nothing was submitted:\n  " + "\n  ".join(said[-6:]))
+
+
 def head_commit(root: Path) -> str:
     proc = subprocess.run(
         ["git", "rev-parse", "--verify", "-q", "HEAD^{commit}"], cwd=root, capture_output=True, text=True
@@ -234,6 +255,8 @@ def make_workspace(
     for name in share:
         source = (root / name).resolve()
         target = workspace / name
+        if not source.is_relative_to(root.resolve()) or not target.resolve().is_relative_to(workspace.resolve()):
+            raise RunError(f"--share {name}: only paths inside the project can be shared ({source} is outside {root})")
         if not source.exists():
             raise RunError(f"--share {name}: {source} does not exist")
         if target.exists() or target.is_symlink():
@@ -465,6 +488,7 @@ def submit(
         controller_settings(folder)  # bad settings fail here, before anything is made
         if shutil.which("sbatch") is None:
             raise RunError(f"profile {profile} submits to SLURM, but sbatch is not on PATH")
+    check_workflow_loads(root, profile, snakemake_args)
     outputs = earlier_outputs(root)
     commit, tree = freeze(root, f"snakedvc run {run_id} ({name}): the code as submitted", outputs)
     git(root, "update-ref", RUN_REF_PREFIX + run_id, commit)
@@ -512,6 +536,8 @@ def list_runs(root: Path) -> list[Run]:
 
 def find_run(root: Path, key: str) -> Run:
     """A run by id, id prefix or name."""
+    if not key.strip():
+        raise RunError("give a run: its id, an id prefix or its name (`snakedvc runs` lists them)")
     runs = list_runs(root)
     matches = [r for r in runs if r.id == key or r.name == key] or [r for r in runs if r.id.startswith(key)]
     if not matches:

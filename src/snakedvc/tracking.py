@@ -28,6 +28,7 @@ import yaml
 
 from snakedvc.config import KEY
 from snakedvc.io import atomic_path
+from snakedvc.names import validate_experiment_name
 from snakedvc.records import dag_outputs, record_paths, within, write_record
 from snakedvc.workflow import typed_overrides
 
@@ -38,7 +39,6 @@ SKIP_SAVE_ENV = "SNAKEDVC_SKIP_EXP_SAVE"
 # Set by a submitted run's controller (snakedvc.controller).
 EXPERIMENT_NAME_ENV = "SNAKEDVC_EXPERIMENT_NAME"
 EXPERIMENTS_FILE_ENV = "SNAKEDVC_EXPERIMENTS_FILE"
-_EXP_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
 
 
 class TrackingError(RuntimeError):
@@ -47,16 +47,6 @@ class TrackingError(RuntimeError):
 
 def is_dvc_repo(root: Path | str = ".") -> bool:
     return (Path(root) / ".dvc").is_dir()
-
-
-def validate_experiment_name(name: str) -> str:
-    """Return ``name`` if it is a safe experiment (git ref) name, else raise ValueError naming it."""
-    if not _EXP_NAME.match(name) or ".." in name or name.endswith((".lock", ".")):
-        raise ValueError(
-            f"experiment name {name!r} is not allowed: use 1-100 letters, digits, '.', '_' or '-', "
-            "starting with a letter or digit"
-        )
-    return name
 
 
 def lock_path(root: Path | str = ".") -> Path:
@@ -106,6 +96,7 @@ def run_dvc(args: Sequence[str], root: Path | str = ".") -> str:
     if proc.returncode != 0:
         # DVC writes some errors to stdout: show both, so its own message always arrives.
         said = "\n".join(part.strip() for part in (proc.stderr, proc.stdout) if part.strip())
+        said = "\n".join(line for line in said.splitlines() if not line.startswith("Having any troubles?")).strip()
         raise TrackingError(f"dvc {' '.join(args)} failed (exit {proc.returncode}) in {Path(root).resolve()}:\n{said}")
     return proc.stdout
 
@@ -239,13 +230,29 @@ def save_experiment(
         saved = match.group(1) if match else name
         trim_experiment(saved, keep, record_paths(root), root)
         if settings["push"]:
-            run_dvc(["push", "--quiet"], root)
-            run_dvc(["exp", "push", "origin", saved], root)
+            push(saved, root)
     log.info("experiment saved: %s", saved)
     if os.environ.get(EXPERIMENTS_FILE_ENV):  # a submitted run's controller lists what was saved
         with open(os.environ[EXPERIMENTS_FILE_ENV], "a") as handle:
             handle.write(saved + "\n")
     return saved
+
+
+def push(saved: str, root: Path | str = ".") -> None:
+    """`dvc push` the data and `dvc exp push origin` the experiment; a failure keeps DVC's own reason
+    and says which remote, that the experiment is saved, and how to push it again."""
+    try:
+        run_dvc(["push"], root)  # not --quiet: it hides DVC's reason along with its progress
+        run_dvc(["exp", "push", "origin", saved], root)
+    except TrackingError as error:
+        listed = subprocess.run([*dvc_command(), "config", "--list"], cwd=root, capture_output=True, text=True)
+        # remote.<name>.url=<url> lines (`dvc remote list` wraps its table to the terminal's width).
+        urls = re.findall(r"^remote\.([^.\n]+)\.url=(.*)$", listed.stdout, re.MULTILINE)
+        where = ", ".join(f"{name} {url}" for name, url in urls) or "no DVC remote configured"
+        raise TrackingError(
+            f"experiment {saved} is saved, but pushing it failed (DVC remotes: {where}).\n{error}\n"
+            f"Fix the remote, then push it again: dvc push && dvc exp push origin {saved}"
+        ) from None
 
 
 def _git(root: Path | str, *args: str, env: dict[str, str] | None = None, stdin: str | None = None) -> str:

@@ -21,6 +21,7 @@ import yaml
 
 from snakedvc.config import KEY, ConfigError, load_schema, validate_config
 from snakedvc.env import use_this_interpreter
+from snakedvc.names import validate_experiment_name
 
 MODULES = ("kit", "tracking", "sweep")
 
@@ -90,7 +91,12 @@ def configure(config: dict[str, Any], workflow: Any = None) -> dict[str, Any]:
         _merge(config, overrides)
     try:
         kit = validate_config(config.get(KEY) or {}, kit_schema())
-    except ConfigError as error:
+        # Names that become git refs: checked now with the rules the end of the run applies.
+        if kit["experiment"]["name"]:
+            validate_experiment_name(kit["experiment"]["name"], "experiment.name")
+        if kit["sweep"].get("enabled"):
+            validate_experiment_name(f"{kit['sweep']['name']}-t000", "sweep.name (its trials' experiments)")
+    except (ConfigError, ValueError) as error:
         raise ConfigError(f"{KEY}: {error}") from None
     user = {key: value for key, value in config.items() if key != KEY}
     if kit["schema"]:
