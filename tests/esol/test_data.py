@@ -39,6 +39,17 @@ def test_missing_column_is_named(tmp_path: Path) -> None:
         read_molecules(path, "smiles", "logS")
 
 
+def test_an_empty_or_header_only_csv_is_named_at_the_first_step(tmp_path: Path) -> None:
+    empty = tmp_path / "empty.csv"
+    empty.write_text("")
+    with pytest.raises(DataError, match=rf"{empty} is empty: no header and no rows .*'smiles'"):
+        read_molecules(empty, "smiles", "y")
+    header = tmp_path / "header.csv"
+    header.write_text("smiles,y\n")
+    with pytest.raises(DataError, match=rf"{header} has a header but no molecule rows"):
+        read_molecules(header, "smiles", "y")
+
+
 def test_non_numeric_target_is_reported(tmp_path: Path) -> None:
     path = tmp_path / "t.csv"
     path.write_text("smiles,y\nCCO,1.0\nCCC,oops\n")

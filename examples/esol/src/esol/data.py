@@ -25,10 +25,18 @@ def read_molecules(path: str | Path, smiles_column: str, target_column: str, lim
     path = Path(path)
     if not path.is_file():
         raise DataError(f"input file not found: {path}")
-    table = pd.read_csv(path, dtype={smiles_column: str}, keep_default_na=False)
+    try:
+        table = pd.read_csv(path, dtype={smiles_column: str}, keep_default_na=False)
+    except pd.errors.EmptyDataError:
+        raise DataError(
+            f"{path} is empty: no header and no rows (expected a CSV with columns '{smiles_column}' and "
+            f"'{target_column}')"
+        ) from None
     for column in (smiles_column, target_column):
         if column not in table.columns:
             raise DataError(f"column '{column}' not found in {path} (columns: {', '.join(map(str, table.columns))})")
+    if table.empty:
+        raise DataError(f"{path} has a header but no molecule rows: nothing to split or train on")
     if limit:
         table = table.head(limit)
     target = pd.to_numeric(table[target_column], errors="coerce")
