@@ -118,11 +118,15 @@ def test_sigterm_to_two_node_training_checkpoints_and_the_retry_resumes(multinod
     assert len(jobs) == 2 and jobs[0] == first, jobs
     for job in jobs:
         assert accounted(job)[job]["nnodes"] == "2"
-    # Both ranks, one on each node, stopped at the same step (the SLURM log of the failed job
-    # keeps what each printed); rank 0 wrote the checkpoint there.
-    slurm_log = (project / f"logs/slurm/rule_train/{first}.log").read_text()
-    stops = re.findall(r"esol train: stopped on SIGTERM at epoch (\d+) step (\d+)", slurm_log)
-    assert len(stops) == 2 and stops[0] == stops[1], slurm_log[-3000:]
+    # Both ranks, one on each node, stopped at the same step (snakedvc launch --log keeps each rank's
+    # output apart in logs/train.log.ranks/, one folder per launch and node); rank 0 wrote the checkpoint there.
+    kept = {str(p): p.read_text() for p in (project / "logs/train.log.ranks").rglob("stderr.log")}
+    stops = [
+        m
+        for text in kept.values()
+        for m in re.findall(r"esol train: stopped on SIGTERM at epoch (\d+) step (\d+)", text)
+    ]
+    assert len(stops) == 2 and stops[0] == stops[1], sorted(kept)
     epoch, step = stops[0]
     log = (project / "logs/train.log").read_text()
     assert f"resumed from epoch {epoch} step {step} (SIGTERM checkpoint" in log, log[:3000]

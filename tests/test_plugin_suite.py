@@ -17,7 +17,7 @@ from tests.conftest import REPO
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 
-OURS = "snakemake_executor_plugin_snakedvc_slurm.Executor"
+OURS = "snakemake_executor_plugin_snakedvc_slurm.executor.Executor"
 # Plugin 2.8.0 ships 213 tests, 20 of which run workflows on SLURM, and 38 unit tests that
 # build an Executor stub; a later 2.8.x may add some, never fewer without us noticing.
 MIN_SUITE_TESTS = 213

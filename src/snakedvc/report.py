@@ -482,7 +482,9 @@ def collect(root: Path, title: str, snakemake_args: Sequence[str] = (), sweep_di
         report.jobs_source = (
             "sacct (SLURM jobs in Snakemake's last log). max_rss is accounting's, sampled every "
             f"{gather_frequency()} (JobAcctGatherFrequency): a job shorter than that may show next to nothing; "
-            "max_rss_in_job is Snakemake's own sampling inside the job, from the rule's benchmark file"
+            "max_rss_in_job is Snakemake's sampling of the batch script's processes, from the rule's benchmark "
+            "file (a command that runs as a job step of its own, as snakedvc launch runs one in a SLURM job, is "
+            "not among them: for those only accounting's figure exists)"
         )
     else:
         report.jobs = run_jobs(root, jobs)
