@@ -122,9 +122,7 @@ def test_sigterm_to_two_node_training_checkpoints_and_the_retry_resumes(multinod
     # output apart in logs/train.log.ranks/, one folder per launch and node); rank 0 wrote the checkpoint there.
     kept = {str(p): p.read_text() for p in (project / "logs/train.log.ranks").rglob("stderr.log")}
     stops = [
-        m
-        for text in kept.values()
-        for m in re.findall(r"esol train: stopped on SIGTERM at epoch (\d+) step (\d+)", text)
+        m for text in kept.values() for m in re.findall(r"esol: stopped on SIGTERM at epoch (\d+) step (\d+)", text)
     ]
     assert len(stops) == 2 and stops[0] == stops[1], sorted(kept)
     epoch, step = stops[0]
