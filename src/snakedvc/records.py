@@ -14,7 +14,7 @@ jobs belong to the run too (an evaluation rerun after a change of its own params
 evaluated), and rather than per-run output folders because users' paths stay their own.
 
 The last run's record is kept in ``.snakedvc/last-run.json`` (git never sees it) for
-``snakedvc report`` and ``snakedvc runs``.
+``snakedvc report`` and for ``snakedvc submit``, which leaves that run's params file out of the frozen code.
 """
 
 from __future__ import annotations
@@ -61,16 +61,12 @@ def record_paths(root: Path | str) -> list[str]:
     they are the user's inputs, such as params.yaml."""
     path = Path(root) / "dvc.yaml"
     data = (yaml.safe_load(path.read_text()) if path.is_file() else {}) or {}
-    entries = dvc_yaml_entries(root)
     found: set[str] = set()
-    for name in entries["metrics"]:
-        found.update([name] if isinstance(name, str) else [str(key) for key in name])
-    for entry in entries["plots"]:
-        found.update(_plot_files(entry))
-    for stage in (data.get("stages") or {}).values():
-        for key in ("metrics", "plots"):
-            for item in (stage or {}).get(key) or []:
-                found.update([item] if isinstance(item, str) else [str(k) for k in item])
+    for section in [data, *(data.get("stages") or {}).values()]:
+        for name in (section or {}).get("metrics") or []:
+            found.update([name] if isinstance(name, str) else [str(key) for key in name])
+        for entry in (section or {}).get("plots") or []:
+            found.update(_plot_files(entry))
     return sorted(_normal(name) for name in found)
 
 
