@@ -152,9 +152,12 @@ def cmd_cancel(args: argparse.Namespace) -> None:
 def cmd_resume(args: argparse.Namespace) -> None:
     from snakedvc.runs import find_run, repository_root, resume
 
-    run = resume(find_run(repository_root(), args.run))
+    run, started = resume(find_run(repository_root(), args.run))
     where = f"SLURM job {run.controller_jobs[-1]}" if run.slurm else f"process {run.controller_pid}"
-    print(f"resumed run {run.id} ({run.name}): controller {where}")
+    if started:
+        print(f"resumed run {run.id} ({run.name}): controller {where}")
+    else:
+        print(f"run {run.id} ({run.name}) is {run.state}: its controller ({where}) lives; nothing to resume")
 
 
 def cmd_clean(args: argparse.Namespace) -> None:

@@ -20,6 +20,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from types import FrameType
 from typing import Any
@@ -38,6 +39,7 @@ from snakedvc.runs import (
     squeue_states,
     start_controller,
 )
+from snakedvc.slurm import SlurmUnavailable
 from snakedvc.tracking import EXPERIMENT_NAME_ENV, EXPERIMENTS_FILE_ENV
 
 EXPERIMENTS_FILE = "experiments.txt"
@@ -132,23 +134,41 @@ class Controller:
 
     def _wait_for_predecessor(self) -> None:
         previous = [j for j in self.run.controller_jobs if j != self.jobid]
-        deadline = time.monotonic() + LEFTOVER_WAIT_S
-        while previous and squeue_states(previous) and time.monotonic() < deadline:
-            time.sleep(2)
-        if previous and squeue_states(previous):
+        if previous and not self._wait_gone(lambda: squeue_states(previous)):
             raise RunError(f"the previous controller job(s) {', '.join(previous)} of run {self.run.id} did not end")
 
     def _stop_leftover_jobs(self) -> None:
-        leftover = [j for j in jobs_in_workspace(self.run) if j != self.jobid]
+        leftover: list[str] = []
+
+        def find_leftover() -> list[str]:  # [] once SLURM has answered
+            leftover[:] = [j for j in jobs_in_workspace(self.run) if j != self.jobid]
+            return []
+
+        if not self._wait_gone(find_leftover):
+            raise RunError(
+                f"SLURM did not answer for {LEFTOVER_WAIT_S} s: cannot tell which jobs of run {self.run.id} still run"
+            )
         if not leftover:
             return
         say(f"stopping jobs left by the previous controller: {', '.join(leftover)} (a training job checkpoints)")
         subprocess.run(["scancel", *leftover], check=False, capture_output=True)
-        deadline = time.monotonic() + LEFTOVER_WAIT_S
-        while squeue_states(leftover) and time.monotonic() < deadline:
-            time.sleep(2)
-        if squeue_states(leftover):
+        if not self._wait_gone(lambda: squeue_states(leftover)):
             raise RunError(f"jobs {', '.join(leftover)} of run {self.run.id} did not stop: scancel them and resume")
+
+    @staticmethod
+    def _wait_gone(jobs: Callable[[], Any], wait_s: float = LEFTOVER_WAIT_S) -> bool:
+        """Wait until ``jobs()`` is empty; False after ``wait_s``. While SLURM does not answer the jobs
+        count as still there: two controllers, or two trainers, must never overlap."""
+        deadline = time.monotonic() + wait_s
+        while True:
+            try:
+                if not jobs():
+                    return True
+            except SlurmUnavailable as e:
+                say(f"waiting for SLURM to answer: {e}")
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(2)
 
     def _on_term(self, signum: int, frame: FrameType | None) -> None:
         run = Run.load(self.run.dir)

@@ -45,6 +45,8 @@ from snakedvc.io import atomic_path
 from snakedvc.live import METRICS_FILE, Progress, find_logs, read_progress
 from snakedvc.names import validate_experiment_name
 from snakedvc.records import ignore_kit_folder, read_record, snakemake_outputs
+from snakedvc.slurm import SlurmUnavailable, SubmissionFailed, queued, submit_once
+from snakedvc.slurm import query as slurm_query
 
 RUNS_DIR = Path(".snakedvc") / "runs"
 RUN_REF_PREFIX = "refs/snakedvc/runs/"
@@ -403,9 +405,19 @@ def controller_command(run: Run) -> list[str]:
     return [sys.executable, "-m", "snakedvc", "controller", str(run.dir)]
 
 
+def controller_job_name(run: Run) -> str:
+    return f"snakedvc-{run.name}"
+
+
+def controller_job_comment(run: Run) -> str:
+    """Unique to one controller attempt: how a submission whose sbatch timed out is found (submit_once)."""
+    return f"snakedvc-run-{run.id}-attempt-{run.attempt}"
+
+
 def sbatch_command(run: Run, settings: dict[str, Any], script: Path) -> list[str]:
     """The controller job's sbatch call (an argument list)."""
-    command = ["sbatch", "--parsable", f"--job-name=snakedvc-{run.name}", f"--output={run.log}", "--open-mode=append"]
+    command = ["sbatch", "--parsable", f"--job-name={controller_job_name(run)}", f"--output={run.log}"]
+    command += ["--open-mode=append", f"--comment={controller_job_comment(run)}"]
     command += [f"--chdir={run.workspace}", f"--cpus-per-task={settings['cpus']}", f"--mem={settings['mem_mb']}"]
     command += [f"--time={settings['runtime']}"]
     if settings["partition"]:
@@ -417,6 +429,7 @@ def sbatch_command(run: Run, settings: dict[str, Any], script: Path) -> list[str
 
 def start_controller(run: Run) -> Run:
     """Start the run's next controller: a SLURM job, or a process in its own session."""
+    before = {"attempt": run.attempt, "state": run.state}
     run = run.update(attempt=run.attempt + 1, state="queued")
     if run.slurm:
         settings = controller_settings(profile_dir(run.workspace, run.profile))
@@ -424,10 +437,16 @@ def start_controller(run: Run) -> Run:
         # The only shell involved: a fixed line whose values are quoted.
         script.write_text("#!/bin/sh\nexec " + " ".join(map(_quote, controller_command(run))) + "\n")
         script.chmod(0o755)
-        proc = subprocess.run(sbatch_command(run, settings, script), capture_output=True, text=True)
-        if proc.returncode != 0:
-            raise RunError(f"sbatch of the controller of run {run.id} failed: {proc.stderr.strip()}")
-        jobid = proc.stdout.strip().split(";")[0]
+        try:
+            jobid = submit_once(
+                sbatch_command(run, settings, script),
+                controller_job_name(run),
+                controller_job_comment(run),
+                known=run.controller_jobs,
+            )
+        except (SubmissionFailed, SlurmUnavailable) as e:
+            run.update(**before)
+            raise RunError(f"sbatch of the controller of run {run.id} failed: {e}") from None
         return run.update(controller_jobs=[*run.controller_jobs, jobid])
     with open(run.log, "ab") as log:
         proc_local = subprocess.Popen(
@@ -548,19 +567,15 @@ def find_run(root: Path, key: str) -> Run:
 
 
 def squeue_states(jobids: Sequence[str]) -> dict[str, str]:
-    """SLURM job id -> state, for those of ``jobids`` still queued or running."""
+    """SLURM job id -> state, for those of ``jobids`` still queued or running; SlurmUnavailable
+    when SLURM does not answer (within QUERY_TIMEOUT_S): a silent SLURM is not an empty queue."""
     if not jobids or shutil.which("squeue") is None:
         return {}
-    proc = subprocess.run(["squeue", "-h", "-j", ",".join(jobids), "-o", "%i %T"], capture_output=True, text=True)
-    states = {}
-    for line in proc.stdout.splitlines():
-        parts = line.split()
-        if len(parts) == 2:
-            states[parts[0]] = parts[1]
-    return states
+    return queued(jobids)
 
 
 def controller_alive(run: Run) -> bool:
+    """Whether the run's controller is queued or running; SlurmUnavailable when SLURM cannot say."""
     if run.slurm:
         return bool(run.controller_jobs) and bool(squeue_states(run.controller_jobs[-1:]))
     if not run.controller_pid or run.controller_host != _hostname():
@@ -575,14 +590,40 @@ def controller_alive(run: Run) -> bool:
 
 
 def current_state(run: Run) -> str:
-    """The recorded state, or "lost" for an active run whose controller is gone."""
-    if run.state in ACTIVE_STATES and not controller_alive(run):
-        # The record may have changed since it was read (the controller just finished).
-        fresh = Run.load(run.dir)
-        if fresh.state in ACTIVE_STATES:
-            return "lost"
-        return fresh.state
-    return run.state
+    """The recorded state; "lost" for an active run whose controller is gone; "unknown" for an
+    active run whose controller SLURM cannot tell about now (see state_and_why)."""
+    return state_and_why(run)[0]
+
+
+# SLURM's silence is learnt once per half minute: `snakedvc runs` with ten runs waits one timeout,
+# not ten. (monotonic time, what SLURM said)
+_silent_slurm: list[tuple[float, str]] = []
+SILENCE_REMEMBERED_S = 30
+
+
+def state_and_why(run: Run) -> tuple[str, str]:
+    """(state, why): why says what "unknown" rests on (SLURM's error), "" otherwise."""
+    if run.state not in ACTIVE_STATES:
+        return run.state, ""
+    if run.slurm and _silent_slurm and time.monotonic() - _silent_slurm[-1][0] < SILENCE_REMEMBERED_S:
+        said = _silent_slurm[-1][1]
+    else:
+        try:
+            alive = controller_alive(run)
+        except SlurmUnavailable as e:
+            said = str(e)
+            _silent_slurm.append((time.monotonic(), said))
+        else:
+            said = ""
+    if said:
+        return "unknown", f"{said}; its controller job {run.controller_jobs[-1]} may be alive"
+    if alive:
+        return run.state, ""
+    # The record may have changed since it was read (the controller just finished).
+    fresh = Run.load(run.dir)
+    if fresh.state in ACTIVE_STATES:
+        return "lost", ""
+    return fresh.state, ""
 
 
 def progress(run: Run) -> tuple[int, int] | None:
@@ -665,7 +706,7 @@ def _written_since(folder: Path, moment: float) -> bool:
 
 def describe(run: Run) -> dict[str, Any]:
     done = progress(run)
-    state = current_state(run)
+    state, why = state_and_why(run)
     training = training_progress(run) if state in ACTIVE_STATES else []
     return {
         "id": run.id,
@@ -678,7 +719,7 @@ def describe(run: Run) -> dict[str, Any]:
         ),
         "started": dt.datetime.fromtimestamp(run.created).strftime("%Y-%m-%d %H:%M:%S"),
         "experiments": run.experiments,
-        "note": run.note,
+        "note": why or run.note,
         "reason": run.reason if state == "failed" else {},
         # Live progress of a running run's trainings: folder (in its workspace), epoch, latest metrics.
         "training": [
@@ -736,7 +777,7 @@ def follow(path: Path, run: Run, poll: float = 1.0) -> Iterator[str]:
         if len(text) > position:
             yield text[position:]
             position = len(text)
-        if current_state(run) not in ACTIVE_STATES:
+        if current_state(run) not in {*ACTIVE_STATES, "unknown"}:
             rest = _read(path)[position:]
             if rest:
                 yield rest
@@ -752,7 +793,7 @@ def jobs_in_workspace(run: Run) -> list[str]:
     jobs of any of its controllers), the controllers themselves left out."""
     if shutil.which("squeue") is None:
         return []
-    out = subprocess.run(["squeue", "-h", "-o", "%i %Z"], capture_output=True, text=True).stdout
+    out = slurm_query(["squeue", "-h", "-o", "%i %Z"])  # SlurmUnavailable: cannot tell
     workspace = str(run.workspace)
     found = []
     for line in out.splitlines():
@@ -764,40 +805,65 @@ def jobs_in_workspace(run: Run) -> list[str]:
 
 def cancel(run: Run, wait_s: float = 60) -> Run:
     """Stop the run: its controller (no experiment is saved) and every SLURM job it submitted."""
-    state = current_state(run)
+    state, why = state_and_why(run)
     if state in FINISHED_STATES:
         raise RunError(f"run {run.id} has already {'ended as ' + state if state != 'done' else 'finished'}")
+    if state == "unknown":
+        raise RunError(f"run {run.id} not cancelled: {why}. Try again when SLURM answers.")
     (run.dir / CANCEL_MARKER).write_text(f"{time.time()}\n")
-    if run.slurm:
-        targets = [*run.controller_jobs[-1:], *jobs_in_workspace(run)]
-        if targets:
-            subprocess.run(["scancel", *targets], capture_output=True, text=True)
-    elif run.controller_pid and controller_alive(run):
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(run.controller_pid, signal.SIGTERM)
-    deadline = time.monotonic() + wait_s
-    while time.monotonic() < deadline:
-        if not controller_alive(run) and not jobs_in_workspace(run):
-            break
-        time.sleep(0.5)
-    left = jobs_in_workspace(run)
+    try:
+        if run.slurm:
+            targets = [*run.controller_jobs[-1:], *jobs_in_workspace(run)]
+            if targets:
+                subprocess.run(["scancel", *targets], capture_output=True, text=True)
+        elif run.controller_pid and controller_alive(run):
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(run.controller_pid, signal.SIGTERM)
+        deadline = time.monotonic() + wait_s
+        while time.monotonic() < deadline:
+            if not controller_alive(run) and not jobs_in_workspace(run):
+                break
+            time.sleep(0.5)
+        left = jobs_in_workspace(run)
+    except SlurmUnavailable as e:
+        raise RunError(f"run {run.id}: cancel asked, but {e}. `snakedvc cancel {run.id}` again finishes it.") from None
     if left:
         subprocess.run(["scancel", "--signal=KILL", *left], capture_output=True, text=True)
     return run.update(state="cancelled", ended=time.time())
 
 
-def resume(run: Run) -> Run:
+def resume(run: Run) -> tuple[Run, bool]:
     """Start a new controller for a run whose controller was lost (or that failed): finished
-    steps are kept, training resumes from its checkpoint."""
-    state = current_state(run)
-    if state in ACTIVE_STATES:
-        raise RunError(f"run {run.id} is {state}: its controller is alive (`snakedvc cancel` stops it)")
-    if state == "done":
-        raise RunError(f"run {run.id} has finished; submit a new run instead")
-    if not run.workspace.is_dir():
-        raise RunError(f"run {run.id}: its workspace {run.workspace} was removed (`snakedvc clean`)")
-    (run.dir / CANCEL_MARKER).unlink(missing_ok=True)
-    return start_controller(run.update(state="queued", exit_code=None, ended=None))
+    steps are kept, training resumes from its checkpoint. Returns (run, whether a controller was
+    started): a run whose controller lives is left as it is, so resuming twice starts one."""
+    with _locked(run.dir / "resume.lock"):  # two resumes at once: the second sees the first's controller
+        run = Run.load(run.dir)
+        state, why = state_and_why(run)
+        if state == "unknown":
+            raise RunError(
+                f"run {run.id} not resumed: {why}. A second controller would run the workflow twice; "
+                "resume when SLURM answers (`snakedvc runs` shows the run's state)."
+            )
+        if state in ACTIVE_STATES:
+            return run, False
+        if state == "done":
+            raise RunError(f"run {run.id} has finished; submit a new run instead")
+        if not run.workspace.is_dir():
+            raise RunError(f"run {run.id}: its workspace {run.workspace} was removed (`snakedvc clean`)")
+        (run.dir / CANCEL_MARKER).unlink(missing_ok=True)
+        return start_controller(run.update(state="queued", exit_code=None, ended=None)), True
+
+
+@contextlib.contextmanager
+def _locked(path: Path) -> Iterator[None]:
+    import fcntl
+
+    with open(path, "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 def remove_worktree(root: Path | str, workspace: Path) -> None:
