@@ -201,6 +201,10 @@ def test_scancelled_job_is_reported_and_retried(slurm_cluster, project: Path) ->
     jobs = slurm_jobs_by_rule(output)
     assert len(jobs["train"]) == 2 and jobs["train"][0] == jobid
     assert (project / "results/metrics.json").is_file()
+    # The first attempt's rule log is kept beside the retry's: what stopped it is still there.
+    assert "the last attempt's log is kept as logs/train.attempt1.log" in output
+    first = (project / "logs/train.attempt1.log").read_text()
+    assert "stopped on SIGTERM" in first and "stopped on SIGTERM" not in (project / "logs/train.log").read_text()
 
 
 def test_dry_run_without_slurm_binaries(tmp_path: Path, project: Path) -> None:

@@ -53,6 +53,7 @@ import math
 import os
 import shlex
 import shutil
+import signal
 import subprocess
 import threading
 import time
@@ -72,8 +73,11 @@ from snakemake_executor_plugin_slurm.job_status_query import (
     query_job_status_sacct,
     query_job_status_squeue,
 )
+from snakemake_executor_plugin_slurm.utils import get_job_wildcards
 from snakemake_interface_common.exceptions import WorkflowError
 from snakemake_interface_executor_plugins.executors.base import SubmittedJobInfo
+
+from snakedvc import slurm
 
 # States of a job that is still queued or running: such a job needs nothing from the plugin this round.
 from snakedvc.slurm import ACTIVE_STATES
@@ -116,6 +120,8 @@ STATUS_FAILURES_BEFORE_WARNING = 3
 # executor in its job. Per thread (the plugin submits from two), and not per executor: upstream's
 # tests build Executors without their constructor.
 _BUILDING = threading.local()
+# sbatch calls for one job attempt whose failures may have made no job (report_job_error).
+SBATCH_TRIES = 3
 # How often a status-check wait looks whether a submission shortened it or a job left its exit code.
 SLEEP_SLICE_SECONDS = 0.25
 
@@ -190,6 +196,19 @@ def read_exit_codes(folder: Path, jobids: Iterable[str]) -> dict[str, int]:
     return codes
 
 
+def requested_gpus(job: Any) -> int:
+    """GPUs a job asks for (resources gpu, or gres/gpus naming gpu)."""
+    gpu = job.resources.get("gpu") or 0
+    if gpu:
+        return int(gpu)
+    for key in ("gres", "gpus"):
+        value = str(job.resources.get(key) or "")
+        if "gpu" in value or (key == "gpus" and value):
+            count = value.rsplit(":", 1)[-1]
+            return int(count) if count.isdigit() else 1
+    return 0
+
+
 def last_account(sacct_output: str) -> str | None:
     """The account of the newest job in `sacct -n -o Account` output, None when there is none."""
     lines = [line.strip() for line in sacct_output.splitlines() if line.strip()]
@@ -237,6 +256,14 @@ class Executor(SlurmExecutor):
         self._guessed_account_arg: str | None = None
         self._account_lock = threading.Lock()
         self._failed_status_queries = 0  # in a row
+        # SLURM job ids this run owns (submitted or adopted): a job that a timed-out sbatch made is
+        # found among the others (report_job_error).
+        self._known_jobids: set[str] = set()
+        # Snakemake job id -> sbatch failures of its current attempt.
+        self._sbatch_failures: dict[int, int] = {}
+        self._partition_limits: dict[str, str] | None = None  # sinfo's MaxTime per partition, read once
+        self._term_handler_installed = False
+        self._cancelled_by_us: set[str] = set()  # jobs cancelled here: their end is not news
 
     @property
     def exit_code_folder(self) -> Path | None:
@@ -250,6 +277,7 @@ class Executor(SlurmExecutor):
         return min(init, settings.max_seconds_between_status_checks)
 
     def run_jobs(self, jobs: list[Any]) -> None:
+        self._install_term_handler()
         # Why: a new job may be short; without this its first status query would wait for
         # however long the back-off has grown while older, long jobs were running.
         super().run_jobs(jobs)
@@ -334,21 +362,49 @@ class Executor(SlurmExecutor):
         else:
             self._failed_status_queries = 0
             for_plugin: list[SubmittedJobInfo] = []
+            pending: list[SubmittedJobInfo] = []
+            # Why: sacct lists a job by its time window, so a job that never started (held, or
+            # cancelled while pending) is missing from it forever; squeue still knows its state.
+            # Such an end (cancelled, or done) is handled here; a job that ran and failed reaches
+            # sacct, whose state and reason the plugin reports.
+            unlisted = [job.external_jobid for job in others if self._state_of(job, states) is None]
+            from_squeue: dict[str, str] = {}
+            if unlisted:
+                try:
+                    from_squeue = await asyncio.to_thread(slurm.job_states, unlisted)
+                except slurm.SlurmUnavailable as e:
+                    self.logger.debug(f"squeue for jobs missing from accounting: {e}")
+                from_squeue = {j: s for j, s in from_squeue.items() if s.split()[0] in ("CANCELLED", "COMPLETED")}
+                states = {**from_squeue, **states}
             for job in others:
                 state = self._state_of(job, states)
                 word = state.split()[0] if state else None
                 if word is None or word in ACTIVE_STATES:
                     still_active.append(job)  # queued, running, or not in accounting yet (as the plugin does)
-                elif word in FAIL_STATES and word != state:
+                    if word == "PENDING":
+                        pending.append(job)
+                elif job.external_jobid in from_squeue and word == "COMPLETED":
+                    self._report_success(job)
+                    finished = True
+                elif word in FAIL_STATES and (word != state or job.external_jobid in from_squeue):
                     logfile = job.aux.get("slurm_logfile")
+                    why = (
+                        "cancelled by snakedvc-slurm (Snakemake got SIGTERM while it was pending)"
+                        if job.external_jobid in self._cancelled_by_us
+                        else f"ended as '{state}' (SLURM log: {logfile})"
+                    )
                     self.report_job_error(
-                        job,
-                        msg=f"SLURM job {job.external_jobid} ended as '{state}' (SLURM log: {logfile}). ",
-                        aux_logs=[str(logfile)] if logfile else [],
+                        job, msg=f"SLURM job {job.external_jobid} {why}. ", aux_logs=[str(logfile)] if logfile else []
                     )
                     finished = True
                 else:
                     for_plugin.append(job)
+            # Why: a job that waits for a reason SLURM never clears (a runtime above the partition's
+            # MaxTime, a QOS limit) would keep the workflow waiting forever without a word.
+            stuck = await self._fail_jobs_that_never_start(pending) if pending else []
+            if stuck:
+                still_active = [job for job in still_active if job not in stuck]
+                finished = True
             if for_plugin:
                 left = [job async for job in super().check_active_jobs(for_plugin)]
                 still_active += left
@@ -364,6 +420,34 @@ class Executor(SlurmExecutor):
             factor=settings.status_backoff_factor,
         )
         return still_active
+
+    async def _fail_jobs_that_never_start(self, pending: list[SubmittedJobInfo]) -> list[SubmittedJobInfo]:
+        """Cancels and reports the ``pending`` jobs that wait for a reason SLURM never clears
+        (slurm.NEVER_CLEARS: PartitionTimeLimit, QOS limits, ...); returns them."""
+        try:
+            reasons = await asyncio.to_thread(slurm.pending_reasons, [job.external_jobid for job in pending])
+        except slurm.SlurmUnavailable as e:
+            self.logger.debug(f"pending reasons not read: {e}")
+            return []
+        stuck = [job for job in pending if reasons.get(job.external_jobid, ("",))[0] in slurm.NEVER_CLEARS]
+        if not stuck:
+            return []
+        limits = await asyncio.to_thread(self._limits)
+        subprocess.run(["scancel", *(job.external_jobid for job in stuck)], capture_output=True, check=False)
+        for job in stuck:
+            reason, partition, time_limit = reasons[job.external_jobid]
+            said = slurm.explain_never_starts(job.external_jobid, reason, partition, time_limit, limits)
+            self.report_job_error(job, msg=f"Job {job.job.jobid} (rule {job.job.name}): {said} ")
+        return stuck
+
+    def _limits(self) -> dict[str, str]:
+        if self._partition_limits is None:
+            try:
+                self._partition_limits = slurm.partition_limits()
+            except slurm.SlurmUnavailable as e:
+                self.logger.debug(f"partition limits not read: {e}")
+                return {}
+        return self._partition_limits
 
     def _report_success(self, job: SubmittedJobInfo) -> None:
         # What the plugin does for a job that sacct shows COMPLETED (its check_active_jobs).
@@ -391,6 +475,177 @@ class Executor(SlurmExecutor):
         # An array task ("<jobid>_<task>") may be listed under its array's id (sacct -X).
         jobid = job.external_jobid
         return states.get(jobid) or states.get(jobid.split("_", 1)[0])
+
+    # --- submission ---------------------------------------------------------------------------
+
+    def run_job(self, job: Any) -> None:
+        # Why: SLURM accepts a job whose runtime is above its partition's MaxTime and keeps it
+        # pending forever (reason PartitionTimeLimit); and a GPU job that no partition in
+        # partitions.yaml fits goes to the plugin's fallback partition, GPUs or not. Both are
+        # refused here, before sbatch, with what to change. The partition chosen for the check
+        # is the one the plugin's run_job then uses (get_partition_arg, once per job).
+        try:
+            partition_arg = self.get_partition_arg(job)
+            problem = self._partition_problem(job, partition_arg)
+        except WorkflowError as e:
+            partition_arg, problem = None, str(e)
+        if problem:
+            self.report_job_error(SubmittedJobInfo(job), msg=problem)
+            return
+        self._keep_earlier_attempt_logs(job)
+        _BUILDING.partition = (job, partition_arg)
+        try:
+            super().run_job(job)
+        finally:
+            _BUILDING.partition = None
+
+    def get_partition_arg(self, job: Any) -> str:
+        chosen = getattr(_BUILDING, "partition", None)
+        if chosen is not None and chosen[0] is job:
+            return chosen[1]
+        return super().get_partition_arg(job)
+
+    def _partition_problem(self, job: Any, partition_arg: str) -> str | None:
+        """Why ``job`` cannot run in the partition it would be sent to, or None."""
+        words = shlex.split(partition_arg)
+        partition = words[words.index("-p") + 1] if "-p" in words else None
+        gpus = requested_gpus(job)
+        config = self._partition_config()
+        if gpus and partition and config is not None and not job.resources.get("slurm_partition"):
+            listed = config.get(partition) or {}
+            if not listed.get("max_gpu"):
+                return (
+                    f"Job {job.jobid} (rule {job.name}) asks for {gpus} GPU(s), but no partition in "
+                    f"{self.workflow.executor_settings.partition_config} fits all of its resources, and the "
+                    f"fallback partition {partition} has no GPUs there (max_gpu). Not submitted: lower the "
+                    "rule's resources (runtime, mem_mb, threads) or raise that file's limits (max_runtime, "
+                    "max_mem_mb, ...) for a GPU partition."
+                )
+        runtime = job.resources.get("runtime")
+        if not runtime:
+            return None
+        limits = self._limits()
+        partition = partition or self._default_partition()
+        max_time = limits.get(partition, "") if partition else ""
+        limit = slurm.minutes(max_time)
+        if limit is not None and runtime > limit:
+            return (
+                f"Job {job.jobid} (rule {job.name}) asks for runtime {runtime} min, above partition {partition}'s "
+                f"MaxTime {max_time} ({limit:g} min): SLURM would keep it pending forever "
+                "(PartitionTimeLimit). Not submitted: lower the rule's runtime resource, or send it to a partition "
+                "that allows it (`sinfo -o '%P %l'` lists each partition's limit)."
+            )
+        return None
+
+    def _default_partition(self) -> str | None:
+        if not hasattr(self, "_default"):
+            try:
+                self._default = slurm.default_partition()
+            except slurm.SlurmUnavailable:
+                return None
+        return self._default
+
+    def _partition_config(self) -> dict[str, Any] | None:
+        """partitions.yaml's partitions (name -> limits), None without one."""
+        path = self.workflow.executor_settings.partition_config
+        if not path:
+            return None
+        import yaml
+
+        try:
+            return (yaml.safe_load(Path(path).read_text()) or {}).get("partitions") or {}
+        except (OSError, yaml.YAMLError, AttributeError):
+            return None  # the plugin reports a broken file itself
+
+    def _keep_earlier_attempt_logs(self, job: Any) -> None:
+        # Why: a retried job writes its rule log (`log:`) afresh, and what made the first attempt fail
+        # was lost. The earlier attempt's log is kept beside it: logs/train.log -> logs/train.attempt1.log.
+        attempt = getattr(job, "attempt", 1)
+        if attempt <= 1 or job.is_group():
+            return
+        for log in job.log:
+            path = Path(log)
+            if path.is_file() and path.stat().st_size:
+                kept = path.with_name(f"{path.stem}.attempt{attempt - 1}{path.suffix}")
+                path.replace(kept)
+                self.logger.info(
+                    f"Job {job.jobid} (rule {job.name}), attempt {attempt}: the last attempt's log is kept as {kept}"
+                )
+
+    def report_job_submission(self, job_info: SubmittedJobInfo) -> None:
+        if job_info.external_jobid:
+            self._known_jobids.add(job_info.external_jobid)
+        super().report_job_submission(job_info)
+
+    def report_job_error(self, job_info: SubmittedJobInfo, msg: str | None = None, **kwargs: Any) -> None:
+        # Why: when slurmctld stalls, sbatch gives up ("Socket timed out") although slurmctld makes
+        # the job once it resumes. The plugin reports such a job as failed, and Snakemake's retry
+        # then runs a second SLURM job on the same outputs beside the first. Here the job is looked
+        # for (this run's job name and the job's comment, an id this run does not know yet) and
+        # adopted; only if SLURM made none is it submitted again.
+        said = (msg or "").split("sbatch call:")[0]
+        ambiguous = said.startswith("SLURM sbatch failed") and slurm.is_ambiguous(said)
+        if job_info.external_jobid is None and ambiguous and self._recover_submission(job_info.job, said.strip()):
+            return
+        super().report_job_error(job_info, msg=msg, **kwargs)
+
+    def _recover_submission(self, job: Any, said: str) -> bool:
+        """Adopt the job a failed sbatch made, or submit again; False when neither is possible."""
+        failures = self._sbatch_failures.get(job.jobid, 0) + 1
+        self._sbatch_failures[job.jobid] = failures
+        wildcards = get_job_wildcards(job)
+        comment = f"rule_{job.name}" + (f"_wildcards_{wildcards}" if wildcards else "")
+        self.logger.warning(
+            f"Job {job.jobid} (rule {job.name}): {said} Looking for a SLURM job that it made all the same."
+        )
+        try:
+            adopted = slurm.find_submitted(self.run_uuid, comment, self._known_jobids)
+        except slurm.SlurmUnavailable as e:
+            self.logger.error(f"Job {job.jobid} (rule {job.name}): not submitted again, {e}")
+            return False
+        if adopted is not None:
+            group_or_rule = f"group_{job.name}" if job.is_group() else f"rule_{job.name}"
+            logfile = self.slurm_logdir / group_or_rule / wildcards / f"{adopted}.log"
+            self.logger.info(
+                f"Job {job.jobid} has been submitted with SLURM jobid {adopted} (adopted; log: {logfile})."
+            )
+            self.report_job_submission(SubmittedJobInfo(job, external_jobid=adopted, aux={"slurm_logfile": logfile}))
+            return True
+        if failures >= SBATCH_TRIES:
+            return False
+        self.logger.info(f"Job {job.jobid} (rule {job.name}): SLURM made no job; submitting it again.")
+        self.run_job(job)
+        return True
+
+    def _install_term_handler(self) -> None:
+        # Why: on SIGTERM Snakemake waits for every active job, and a pending job may wait for days
+        # (or forever). Pending jobs are cancelled first, then Snakemake's own handler runs: running
+        # jobs still finish. Installed at the first submission, from the scheduler's (main) thread:
+        # the scheduler sets its handler after it has made the executor.
+        if self._term_handler_installed or threading.current_thread() is not threading.main_thread():
+            return
+        self._term_handler_installed = True
+        previous = signal.getsignal(signal.SIGTERM)
+
+        def on_term(signum: int, frame: Any) -> None:
+            self._cancel_pending_jobs()
+            if callable(previous):
+                previous(signum, frame)
+
+        signal.signal(signal.SIGTERM, on_term)
+
+    def _cancel_pending_jobs(self) -> None:
+        with self.lock:
+            ours = [job.external_jobid for job in self.active_jobs]
+        try:
+            pending = slurm.pending_reasons(ours)
+        except slurm.SlurmUnavailable as e:
+            self.logger.warning(f"SIGTERM: pending jobs not cancelled, {e}")
+            return
+        if pending:
+            self._cancelled_by_us |= set(pending)
+            subprocess.run(["scancel", *pending], capture_output=True, check=False)
+            self.logger.info(f"SIGTERM: cancelled the pending SLURM job(s) {', '.join(pending)}; running jobs finish.")
 
     def format_job_exec(self, job: Any) -> str:
         # Why: inside its SLURM job the plugin runs each job through the slurm-jobstep
