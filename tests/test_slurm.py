@@ -204,7 +204,9 @@ def test_scancelled_job_is_reported_and_retried(slurm_cluster, project: Path) ->
     # The first attempt's rule log is kept beside the retry's: what stopped it is still there.
     assert "the last attempt's log is kept as logs/train.attempt1.log" in output
     first = (project / "logs/train.attempt1.log").read_text()
-    assert "stopped on SIGTERM" in first and "stopped on SIGTERM" not in (project / "logs/train.log").read_text()
+    retry = (project / "logs/train.log").read_text()
+    assert "launch: srun" in first and "srun: forcing job termination" in first, first
+    assert "launch: srun" in retry and "srun: forcing job termination" not in retry, retry
 
 
 def test_dry_run_without_slurm_binaries(tmp_path: Path, project: Path) -> None:

@@ -85,12 +85,12 @@ def test_scancel_then_retry_resumes(slurm_cluster, project: Path) -> None:
 
 def test_time_limit_signal_checkpoints_and_resubmits(slurm_cluster, project: Path) -> None:
     # A 3-minute limit with SIGTERM asked 90 s before it: the signal lands 30-90 s into the job.
-    # 40000 epochs take ~130 s here (25000 took 81 s and once finished before the signal came):
-    # longer than one job can run, shorter than five (--retries 4) of at least 30 s each.
+    # 40000 epochs took ~130 s here (25000 took 81 s and once finished before the signal came), and
+    # 5 jobs of ~87 s each on a slower day: longer than one job can run; --retries 9 leaves room.
     more = ["train={max_epochs: 40000, patience: 100000, hidden_sizes: [64], checkpoint_every: 500}"]
     snakemake = subprocess.Popen(
         [
-            sys.executable, "-m", "snakemake", "--profile", "profiles/slurm", "--retries", "4",
+            sys.executable, "-m", "snakemake", "--profile", "profiles/slurm", "--retries", "9",
             "--config", "data={limit: 200}", *more, "resources={train: {runtime: 3}}",
         ],
         cwd=project, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,

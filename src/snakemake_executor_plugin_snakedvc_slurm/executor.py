@@ -57,9 +57,10 @@ import signal
 import subprocess
 import threading
 import time
-from collections.abc import AsyncGenerator, Iterable, Iterator
+from collections.abc import AsyncGenerator, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 from packaging.specifiers import SpecifierSet
@@ -241,6 +242,15 @@ class Executor(SlurmExecutor):
     # Jobs whose batch script left a non-zero exit code: sacct gives their state and reason; a wait
     # is not cut short for them again. Replaced, never changed in place.
     _exit_codes_read: frozenset[str] = frozenset()
+    # SLURM job ids this run owns (submitted or adopted): a job that a timed-out sbatch made is
+    # found among the others (report_job_error). Replaced, never changed in place.
+    _known_jobids: frozenset[str] = frozenset()
+    # Snakemake job id -> sbatch failures of its current attempt. Replaced, never changed in place.
+    _sbatch_failures: Mapping[int, int] = MappingProxyType({})
+    _partition_limits: dict[str, str] | None = None  # sinfo's MaxTime per partition, read once
+    _default: str | None = None  # the default partition, once read
+    _term_handler_installed = False
+    _cancelled_by_us: frozenset[str] = frozenset()  # jobs cancelled here: their end is not news
 
     def __post_init__(self, test_mode: bool = False) -> None:
         quiet = _DropMessages(SQUEUE_ADVICE)
@@ -256,14 +266,6 @@ class Executor(SlurmExecutor):
         self._guessed_account_arg: str | None = None
         self._account_lock = threading.Lock()
         self._failed_status_queries = 0  # in a row
-        # SLURM job ids this run owns (submitted or adopted): a job that a timed-out sbatch made is
-        # found among the others (report_job_error).
-        self._known_jobids: set[str] = set()
-        # Snakemake job id -> sbatch failures of its current attempt.
-        self._sbatch_failures: dict[int, int] = {}
-        self._partition_limits: dict[str, str] | None = None  # sinfo's MaxTime per partition, read once
-        self._term_handler_installed = False
-        self._cancelled_by_us: set[str] = set()  # jobs cancelled here: their end is not news
 
     @property
     def exit_code_folder(self) -> Path | None:
@@ -487,13 +489,17 @@ class Executor(SlurmExecutor):
         try:
             partition_arg = self.get_partition_arg(job)
             problem = self._partition_problem(job, partition_arg)
-        except WorkflowError as e:
-            partition_arg, problem = None, str(e)
+            if not problem:
+                self._keep_earlier_attempt_logs(job)
+        except WorkflowError:  # the plugin's run_job reports it, as for any job
+            partition_arg, problem = None, None
+        except Exception as e:  # noqa: BLE001 - the plugin's run_job reports the job's own errors
+            self.logger.warning(f"Job {job.jobid}: partition check skipped ({e!r}); submitting as the plugin does.")
+            partition_arg, problem = None, None
         if problem:
             self.report_job_error(SubmittedJobInfo(job), msg=problem)
             return
-        self._keep_earlier_attempt_logs(job)
-        _BUILDING.partition = (job, partition_arg)
+        _BUILDING.partition = (job, partition_arg) if partition_arg is not None else None
         try:
             super().run_job(job)
         finally:
@@ -538,7 +544,7 @@ class Executor(SlurmExecutor):
         return None
 
     def _default_partition(self) -> str | None:
-        if not hasattr(self, "_default"):
+        if self._default is None:
             try:
                 self._default = slurm.default_partition()
             except slurm.SlurmUnavailable:
@@ -574,7 +580,7 @@ class Executor(SlurmExecutor):
 
     def report_job_submission(self, job_info: SubmittedJobInfo) -> None:
         if job_info.external_jobid:
-            self._known_jobids.add(job_info.external_jobid)
+            self._known_jobids = self._known_jobids | {job_info.external_jobid}
         super().report_job_submission(job_info)
 
     def report_job_error(self, job_info: SubmittedJobInfo, msg: str | None = None, **kwargs: Any) -> None:
@@ -592,7 +598,7 @@ class Executor(SlurmExecutor):
     def _recover_submission(self, job: Any, said: str) -> bool:
         """Adopt the job a failed sbatch made, or submit again; False when neither is possible."""
         failures = self._sbatch_failures.get(job.jobid, 0) + 1
-        self._sbatch_failures[job.jobid] = failures
+        self._sbatch_failures = {**self._sbatch_failures, job.jobid: failures}
         wildcards = get_job_wildcards(job)
         comment = f"rule_{job.name}" + (f"_wildcards_{wildcards}" if wildcards else "")
         self.logger.warning(
@@ -643,7 +649,7 @@ class Executor(SlurmExecutor):
             self.logger.warning(f"SIGTERM: pending jobs not cancelled, {e}")
             return
         if pending:
-            self._cancelled_by_us |= set(pending)
+            self._cancelled_by_us = self._cancelled_by_us | set(pending)
             subprocess.run(["scancel", *pending], capture_output=True, check=False)
             self.logger.info(f"SIGTERM: cancelled the pending SLURM job(s) {', '.join(pending)}; running jobs finish.")
 
