@@ -803,6 +803,34 @@ def jobs_in_workspace(run: Run) -> list[str]:
     return found
 
 
+def _tell_controller_to_cancel(run: Run) -> bool:
+    """SIGTERM to the run's controller process only (it sees the cancel marker); False when there is
+    no running controller to tell."""
+    if run.slurm:
+        controller = run.controller_jobs[-1:]
+        if not controller or squeue_states(controller).get(controller[0]) != "RUNNING":
+            return False
+        # --batch: the batch step's shell, which is the controller (controller.sh execs it).
+        told = subprocess.run(["scancel", "--batch", "--signal=TERM", controller[0]], capture_output=True, text=True)
+        return told.returncode == 0
+    if run.controller_pid and controller_alive(run):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(run.controller_pid, signal.SIGTERM)
+            return True
+    return False
+
+
+def _stop_everything(run: Run) -> None:
+    """The controller, its Snakemake and steps, and every SLURM job of the run, at once."""
+    if run.slurm:
+        targets = [*run.controller_jobs[-1:], *jobs_in_workspace(run)]
+        if targets:
+            subprocess.run(["scancel", *targets], capture_output=True, text=True)
+    elif run.controller_pid and controller_alive(run):
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(run.controller_pid, signal.SIGTERM)
+
+
 def cancel(run: Run, wait_s: float = 60) -> Run:
     """Stop the run: its controller (no experiment is saved) and every SLURM job it submitted."""
     state, why = state_and_why(run)
@@ -812,17 +840,18 @@ def cancel(run: Run, wait_s: float = 60) -> Run:
         raise RunError(f"run {run.id} not cancelled: {why}. Try again when SLURM answers.")
     (run.dir / CANCEL_MARKER).write_text(f"{time.time()}\n")
     try:
-        if run.slurm:
-            targets = [*run.controller_jobs[-1:], *jobs_in_workspace(run)]
-            if targets:
-                subprocess.run(["scancel", *targets], capture_output=True, text=True)
-        elif run.controller_pid and controller_alive(run):
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(run.controller_pid, signal.SIGTERM)
+        # Why: the controller alone is told first; its Snakemake then cancels the run's jobs itself
+        # and stops without an "Error in rule" block for each job that the cancel killed (as when
+        # every process and job was signalled at once). What is left after half the wait is stopped.
+        told_controller = _tell_controller_to_cancel(run)
         deadline = time.monotonic() + wait_s
+        forced = False
         while time.monotonic() < deadline:
             if not controller_alive(run) and not jobs_in_workspace(run):
                 break
+            if not forced and (not told_controller or time.monotonic() > deadline - wait_s / 2):
+                forced = True
+                _stop_everything(run)
             time.sleep(0.5)
         left = jobs_in_workspace(run)
     except SlurmUnavailable as e:
