@@ -8,7 +8,8 @@ import shlex
 
 import pytest
 
-from snakedvc.launch import Layout, in_allocation_outside_steps, launch_command, rdzv_port
+from snakedvc.launch import Layout, launch_command, rdzv_port
+from snakedvc.slurm import in_allocation_outside_steps
 from tests.conftest import REPO
 
 REFERENCES = REPO / "tests" / "reference" / "launch"

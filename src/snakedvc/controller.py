@@ -25,12 +25,12 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
+from snakedvc import slurm
 from snakedvc.runs import (
     CANCEL_MARKER,
     NOTHING_TO_BE_DONE,
     Run,
     RunError,
-    clean_slurm_environment,
     controller_settings,
     describe_failure,
     failure_reason,
@@ -57,7 +57,7 @@ class Controller:
         self.run = Run.load(run_dir)
         self.snakemake: subprocess.Popen[bytes] | None = None
         self.lost = False  # SIGTERM that was not a cancel: a successor takes over
-        self.jobid = os.environ.get("SLURM_JOB_ID", "")
+        self.jobid = slurm.job_id() or ""
 
     def main(self) -> int:
         run = self.run
@@ -109,7 +109,7 @@ class Controller:
         return 0 if state == "done" else 1
 
     def _environment(self) -> dict[str, str]:
-        env = clean_slurm_environment(os.environ)
+        env = slurm.without_job_environment(os.environ)
         for key, value in self.run.environment.items():
             env[key] = value + (os.pathsep + env[key] if env.get(key) else "")
         env[EXPERIMENT_NAME_ENV] = self.run.name
@@ -151,7 +151,7 @@ class Controller:
         if not leftover:
             return
         say(f"stopping jobs left by the previous controller: {', '.join(leftover)} (a training job checkpoints)")
-        subprocess.run(["scancel", *leftover], check=False, capture_output=True)
+        slurm.cancel(leftover)
         if not self._wait_gone(lambda: squeue_states(leftover)):
             raise RunError(f"jobs {', '.join(leftover)} of run {self.run.id} did not stop: scancel them and resume")
 

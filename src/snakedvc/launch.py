@@ -22,10 +22,11 @@ from __future__ import annotations
 import logging
 import os
 import shlex
-import subprocess
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
+
+from snakedvc import slurm
 
 log = logging.getLogger(__name__)
 
@@ -88,12 +89,12 @@ def launch_command(
                 "--no-python",
                 *command,
             ]
-        return [*job_step(1, cpus_per_task), *inner] if own_step else inner
+        return [*slurm.step_command(1, cpus_per_task), *inner] if own_step else inner
     if not (slurm_job_id and first_host):
         raise ValueError("multi-node training runs inside a SLURM allocation (SLURM_JOB_ID and its node list)")
     label = ["--label"] if rank_logs else []
     return [
-        *job_step(layout.nodes, cpus_per_task),
+        *slurm.step_command(layout.nodes, cpus_per_task),
         *label,
         *torchrun,
         f"--nnodes={layout.nodes}",
@@ -106,42 +107,21 @@ def launch_command(
     ]
 
 
-def job_step(nodes: int, cpus_per_task: int | None) -> list[str]:
-    """srun for one task per node (torchrun's agent, or the command itself); a failed task ends the step."""
-    cpus = [f"--cpus-per-task={cpus_per_task}"] if cpus_per_task else []
-    return ["srun", f"--nodes={nodes}", "--ntasks-per-node=1", *cpus, "--kill-on-bad-exit=1"]
-
-
-def in_allocation_outside_steps(env: Mapping[str, str]) -> bool:
-    """A batch script or an salloc shell: a SLURM job, but no job step yet."""
-    return "SLURM_JOB_ID" in env and "SLURM_STEP_ID" not in env
-
-
-def first_host_of_allocation(env: Mapping[str, str]) -> str:
-    nodelist = env["SLURM_JOB_NODELIST"]
-    out = subprocess.run(["scontrol", "show", "hostnames", nodelist], capture_output=True, text=True, check=True)
-    return out.stdout.split()[0]
-
-
 def run(layout: Layout, command: Sequence[str], log_path: str | None = None) -> None:
     """Replace this process with the launch command (so it stays Snakemake's direct child).
 
     ``log_path``: the rule's log, which already receives this process's stdout and stderr (and so the
     command's); with N processes each rank's output is also kept beside it, in ``<log>.ranks/``.
     """
-    env = os.environ
-    own_step = in_allocation_outside_steps(env)
-    job_id = env.get("SLURM_JOB_ID") if layout.nodes > 1 else None
-    host = first_host_of_allocation(env) if job_id else None
-    cpus = env.get("SLURM_CPUS_PER_TASK")
+    job_id = slurm.job_id() if layout.nodes > 1 else None
     argv = launch_command(
         layout,
         command,
         python=sys.executable,
         slurm_job_id=job_id,
-        first_host=host,
-        own_step=own_step,
-        cpus_per_task=int(cpus) if cpus and cpus.isdigit() else None,
+        first_host=slurm.first_host() if job_id else None,
+        own_step=slurm.in_allocation_outside_steps(),
+        cpus_per_task=slurm.cpus_per_task(),
         rank_logs=f"{log_path}.ranks" if log_path else None,
     )
     # What ran, in the rule's log: the line a reference file (tests/reference/launch/) is checked against.

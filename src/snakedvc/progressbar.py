@@ -17,6 +17,8 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from typing import IO, TypeVar
 
+from snakedvc import slurm
+
 T = TypeVar("T")
 
 __all__ = ["progress", "wants_bar"]
@@ -24,7 +26,7 @@ __all__ = ["progress", "wants_bar"]
 
 def wants_bar(stream: IO[str], environ: dict[str, str] | os._Environ[str] = os.environ) -> bool:
     """A live bar only for a person at a terminal: not under SLURM, not into a file or pipe."""
-    if "SLURM_JOB_ID" in environ or environ.get("SNAKEDVC_PROGRESS") == "lines":
+    if slurm.job_id(environ) or environ.get("SNAKEDVC_PROGRESS") == "lines":
         return False
     isatty = getattr(stream, "isatty", None)
     return bool(isatty and isatty())

@@ -32,6 +32,7 @@ from typing import Any
 
 import yaml
 
+from snakedvc import slurm
 from snakedvc.io import atomic_path
 from snakedvc.live import PLOTS_DIR, find_logs
 from snakedvc.records import dvc_yaml_entries, read_record, within
@@ -228,7 +229,7 @@ def sacct_jobs(names: dict[str, str], settle_s: float = 0.0) -> list[dict[str, A
     With ``settle_s`` (the run is over), asks again each second, for up to that long, while a job
     still shows as not ended or accounting does not list it yet."""
     job_ids = list(names)
-    if not job_ids or shutil.which("sacct") is None:
+    if not job_ids:
         return []
     deadline = time.monotonic() + settle_s
     while True:
@@ -240,18 +241,9 @@ def sacct_jobs(names: dict[str, str], settle_s: float = 0.0) -> list[dict[str, A
 
 
 def _sacct_rows(names: dict[str, str]) -> list[dict[str, Any]]:
-    job_ids = list(names)
-    fields = "JobID,State,ElapsedRaw,TotalCPU,AllocCPUS,MaxRSS,NNodes"
-    proc = subprocess.run(
-        ["sacct", "-n", "-P", "--format", fields, "-j", ",".join(job_ids)],
-        capture_output=True,
-        text=True,
-    )
-    if proc.returncode != 0:
-        return []
+    fields = ["JobID", "State", "ElapsedRaw", "TotalCPU", "AllocCPUS", "MaxRSS", "NNodes"]
     jobs: dict[str, dict[str, Any]] = {}
-    for line in proc.stdout.splitlines():
-        cells = dict(zip(fields.split(","), line.split("|"), strict=False))
+    for cells in slurm.accounting(list(names), fields):
         job, _, step = cells["JobID"].partition(".")
         if not step:
             jobs[job] = {
@@ -278,13 +270,7 @@ def _sacct_rows(names: dict[str, str]) -> list[dict[str, Any]]:
 
 def gather_frequency() -> str:
     """The cluster's accounting sampling interval, as `scontrol show config` says ("30 s"), or "?"."""
-    proc = (
-        subprocess.run(["scontrol", "show", "config"], capture_output=True, text=True)
-        if shutil.which("scontrol")
-        else None
-    )
-    found = re.search(r"^JobAcctGatherFrequency\s*=\s*(\S+)", proc.stdout if proc else "", re.MULTILINE)
-    value = found.group(1) if found else "?"
+    value = slurm.config_value("JobAcctGatherFrequency") or "?"
     return f"{value} s" if value.isdigit() else value
 
 
@@ -471,14 +457,14 @@ def collect(root: Path, title: str, snakemake_args: Sequence[str] = (), sweep_di
     last_log = _latest_snakemake_log(root)
     run_over = "Complete log(s):" in last_log  # Snakemake's last line, after success or failure
     jobs = log_jobs(last_log)
-    slurm = sacct_jobs(slurm_jobs(last_log), ACCOUNTING_SETTLE_S if run_over else 0.0)
-    if slurm:
+    accounted = sacct_jobs(slurm_jobs(last_log), ACCOUNTING_SETTLE_S if run_over else 0.0)
+    if accounted:
         # The job's own peak memory beside accounting's: sacct samples a job every
         # JobAcctGatherFrequency seconds, so a job shorter than that may show next to nothing.
         in_job = {job["slurm_job"]: benchmark_row(root / job["benchmark"]) for job in jobs if job["benchmark"]}
-        for row in slurm:
+        for row in accounted:
             row["max_rss_in_job"] = in_job.get(row["job"].split()[0], {}).get("max_rss", "-")
-        report.jobs = slurm
+        report.jobs = accounted
         report.jobs_source = (
             "sacct (SLURM jobs in Snakemake's last log). max_rss is accounting's, sampled every "
             f"{gather_frequency()} (JobAcctGatherFrequency): a job shorter than that may show next to nothing; "

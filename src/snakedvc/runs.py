@@ -41,12 +41,12 @@ from typing import Any
 
 import yaml
 
+from snakedvc import slurm
 from snakedvc.io import atomic_path
 from snakedvc.live import METRICS_FILE, Progress, find_logs, read_progress
 from snakedvc.names import validate_experiment_name
 from snakedvc.records import ignore_kit_folder, read_record, snakemake_outputs
-from snakedvc.slurm import SlurmUnavailable, SubmissionFailed, queued, submit_once
-from snakedvc.slurm import query as slurm_query
+from snakedvc.slurm import SlurmUnavailable, SubmissionFailed, submit_once
 
 RUNS_DIR = Path(".snakedvc") / "runs"
 RUN_REF_PREFIX = "refs/snakedvc/runs/"
@@ -210,7 +210,7 @@ def check_workflow_loads(root: Path, profile: str, snakemake_args: Sequence[str]
         cwd=root,
         capture_output=True,
         text=True,
-        env=clean_slurm_environment(os.environ),
+        env=slurm.without_job_environment(os.environ),
     )
     if proc.returncode != 0:
         said = [
@@ -416,7 +416,7 @@ def controller_job_comment(run: Run) -> str:
 
 def sbatch_command(run: Run, settings: dict[str, Any], script: Path) -> list[str]:
     """The controller job's sbatch call (an argument list)."""
-    command = ["sbatch", "--parsable", f"--job-name={controller_job_name(run)}", f"--output={run.log}"]
+    command = [f"--job-name={controller_job_name(run)}", f"--output={run.log}"]
     command += ["--open-mode=append", f"--comment={controller_job_comment(run)}"]
     command += [f"--chdir={run.workspace}", f"--cpus-per-task={settings['cpus']}", f"--mem={settings['mem_mb']}"]
     command += [f"--time={settings['runtime']}"]
@@ -424,7 +424,7 @@ def sbatch_command(run: Run, settings: dict[str, Any], script: Path) -> list[str
         command.append(f"--partition={settings['partition']}")
     if settings["account"]:
         command.append(f"--account={settings['account']}")
-    return [*command, *settings["sbatch_extra"], str(script)]
+    return slurm.batch_command([*command, *settings["sbatch_extra"]], str(script))
 
 
 def start_controller(run: Run) -> Run:
@@ -456,7 +456,7 @@ def start_controller(run: Run) -> Run:
             stdout=log,
             stderr=subprocess.STDOUT,
             start_new_session=True,  # no terminal, no SIGHUP when the submitting shell goes
-            env=clean_slurm_environment(os.environ),
+            env=slurm.without_job_environment(os.environ),
         )
     return run.update(controller_pid=proc_local.pid, controller_host=_hostname())
 
@@ -471,11 +471,6 @@ def _hostname() -> str:
     import socket
 
     return socket.gethostname()
-
-
-def clean_slurm_environment(env: dict[str, str] | os._Environ[str]) -> dict[str, str]:
-    """``env`` without the SLURM job's own variables: the jobs a controller submits are new jobs."""
-    return {k: v for k, v in env.items() if not k.startswith(("SLURM_", "SBATCH_", "SRUN_", "SALLOC_"))}
 
 
 # --- submit ---------------------------------------------------------------------------------
@@ -502,11 +497,11 @@ def submit(
     if taken:
         raise RunError(f"run name {name!r} is in use by active run {taken[0]}: choose another --name")
     folder = profile_dir(root, profile)
-    slurm = profile_is_slurm(folder)
-    if slurm:
+    on_slurm = profile_is_slurm(folder)
+    if on_slurm:
         controller_settings(folder)  # bad settings fail here, before anything is made
-        if shutil.which("sbatch") is None:
-            raise RunError(f"profile {profile} submits to SLURM, but sbatch is not on PATH")
+        if not slurm.installed():
+            raise RunError(f"profile {profile} submits to SLURM, but sbatch or squeue is not on PATH")
     check_workflow_loads(root, profile, snakemake_args)
     outputs = earlier_outputs(root)
     commit, tree = freeze(root, f"snakedvc run {run_id} ({name}): the code as submitted", outputs)
@@ -520,7 +515,7 @@ def submit(
         baseline=baseline,
         profile=profile,
         snakemake_args=list(snakemake_args),
-        slurm=slurm,
+        slurm=on_slurm,
         created=time.time(),
     )
     run.dir.mkdir(parents=True)
@@ -569,9 +564,9 @@ def find_run(root: Path, key: str) -> Run:
 def squeue_states(jobids: Sequence[str]) -> dict[str, str]:
     """SLURM job id -> state, for those of ``jobids`` still queued or running; SlurmUnavailable
     when SLURM does not answer (within QUERY_TIMEOUT_S): a silent SLURM is not an empty queue."""
-    if not jobids or shutil.which("squeue") is None:
+    if not jobids or not slurm.installed():
         return {}
-    return queued(jobids)
+    return slurm.queued(jobids)
 
 
 def controller_alive(run: Run) -> bool:
@@ -791,16 +786,9 @@ def follow(path: Path, run: Run, poll: float = 1.0) -> Iterator[str]:
 def jobs_in_workspace(run: Run) -> list[str]:
     """Queued or running SLURM jobs whose working directory is the run's workspace (the rule
     jobs of any of its controllers), the controllers themselves left out."""
-    if shutil.which("squeue") is None:
-        return []
-    out = slurm_query(["squeue", "-h", "-o", "%i %Z"])  # SlurmUnavailable: cannot tell
+    workdirs = slurm.jobs_by_workdir()  # SlurmUnavailable: cannot tell
     workspace = str(run.workspace)
-    found = []
-    for line in out.splitlines():
-        jobid, _, workdir = line.partition(" ")
-        if workdir.strip() == workspace and jobid not in run.controller_jobs:
-            found.append(jobid)
-    return found
+    return [jobid for jobid, workdir in workdirs.items() if workdir == workspace and jobid not in run.controller_jobs]
 
 
 def _tell_controller_to_cancel(run: Run) -> bool:
@@ -810,9 +798,8 @@ def _tell_controller_to_cancel(run: Run) -> bool:
         controller = run.controller_jobs[-1:]
         if not controller or squeue_states(controller).get(controller[0]) != "RUNNING":
             return False
-        # --batch: the batch step's shell, which is the controller (controller.sh execs it).
-        told = subprocess.run(["scancel", "--batch", "--signal=TERM", controller[0]], capture_output=True, text=True)
-        return told.returncode == 0
+        # Only the batch script's process, which is the controller (controller.sh execs it).
+        return slurm.cancel(controller, signal="TERM", batch_shell_only=True)
     if run.controller_pid and controller_alive(run):
         with contextlib.suppress(ProcessLookupError):
             os.kill(run.controller_pid, signal.SIGTERM)
@@ -824,8 +811,7 @@ def _stop_everything(run: Run) -> None:
     """The controller, its Snakemake and steps, and every SLURM job of the run, at once."""
     if run.slurm:
         targets = [*run.controller_jobs[-1:], *jobs_in_workspace(run)]
-        if targets:
-            subprocess.run(["scancel", *targets], capture_output=True, text=True)
+        slurm.cancel(targets)
     elif run.controller_pid and controller_alive(run):
         with contextlib.suppress(ProcessLookupError):
             os.killpg(run.controller_pid, signal.SIGTERM)
@@ -857,7 +843,7 @@ def cancel(run: Run, wait_s: float = 60) -> Run:
     except SlurmUnavailable as e:
         raise RunError(f"run {run.id}: cancel asked, but {e}. `snakedvc cancel {run.id}` again finishes it.") from None
     if left:
-        subprocess.run(["scancel", "--signal=KILL", *left], capture_output=True, text=True)
+        slurm.cancel(left, signal="KILL")
     return run.update(state="cancelled", ended=time.time())
 
 

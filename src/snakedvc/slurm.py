@@ -1,12 +1,18 @@
-"""What the kit knows of SLURM itself, shared by the host side (runs, controller, report) and the
-kit's SLURM executor: job states, bounded queries, and finding a job that a failed sbatch made."""
+"""The kit's one room for SLURM: every SLURM command it runs (sbatch, squeue, sacct, scancel,
+scontrol, sinfo, srun's command line), the parsing of their output, the job-state sets and the
+``SLURM_*`` variables a job reads. Host side (runs, controller, report, the kit's executor) and job
+side (launch, the checkpoint lease, progress) both ask it; nothing else names a SLURM command.
+Standard library only: the steps' environments import it too."""
 
 from __future__ import annotations
 
+import os
+import re
 import shlex
+import shutil
 import subprocess
 import time
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 
 # States of a job that is still queued or running (SLURM's job state codes).
 ACTIVE_STATES = frozenset(
@@ -28,6 +34,14 @@ ACTIVE_STATES = frozenset(
         "POWER_UP_NODE",
     }
 )
+
+# States in which no process of the job runs (pending: not started yet, or requeued after a kill; or ended).
+NOT_RUNNING_STATES = frozenset(
+    {
+        "PENDING", "REQUEUED", "REQUEUE_FED", "REQUEUE_HOLD", "COMPLETED", "CANCELLED", "FAILED", "TIMEOUT",
+        "NODE_FAIL", "PREEMPTED", "BOOT_FAIL", "DEADLINE", "OUT_OF_MEMORY", "SPECIAL_EXIT", "REVOKED",
+    }
+)  # fmt: skip
 
 # How long one squeue/sinfo call may take before SLURM counts as not answering. squeue gives up on
 # its own after slurm.conf's MessageTimeout (10 s by default); a stalled slurmctld must not stall us.
@@ -238,3 +252,118 @@ def submit_once(command: Sequence[str], name: str, comment: str, known: Collecti
         if adopted is not None:
             return adopted
     raise SubmissionFailed(f"{error} ({attempts} tries; no job named {name} with comment {comment} was made)")
+
+
+# --- inside a job: what SLURM tells a process through its environment ---------------------------
+
+
+def job_id(env: Mapping[str, str] = os.environ) -> str | None:
+    """The SLURM job this process runs in, None outside SLURM."""
+    return env.get("SLURM_JOB_ID") or None
+
+
+def array_task(env: Mapping[str, str] = os.environ) -> str | None:
+    """ "<array job>_<task>" for an array task, else None."""
+    array, task = env.get("SLURM_ARRAY_JOB_ID"), env.get("SLURM_ARRAY_TASK_ID")
+    return f"{array}_{task}" if array and task else None
+
+
+def cpus_per_task(env: Mapping[str, str] = os.environ) -> int | None:
+    cpus = env.get("SLURM_CPUS_PER_TASK", "")
+    return int(cpus) if cpus.isdigit() else None
+
+
+def in_allocation_outside_steps(env: Mapping[str, str] = os.environ) -> bool:
+    """A batch script or an salloc shell: a SLURM job, but no job step yet."""
+    return "SLURM_JOB_ID" in env and "SLURM_STEP_ID" not in env
+
+
+def first_host(env: Mapping[str, str] = os.environ) -> str:
+    """The first node of this job's allocation (scontrol show hostnames)."""
+    out = subprocess.run(
+        ["scontrol", "show", "hostnames", env["SLURM_JOB_NODELIST"]], capture_output=True, text=True, check=True
+    )
+    return out.stdout.split()[0]
+
+
+def without_job_environment(env: Mapping[str, str]) -> dict[str, str]:
+    """``env`` without the SLURM job's own variables: the jobs a controller submits are new jobs."""
+    return {k: v for k, v in env.items() if not k.startswith(("SLURM_", "SBATCH_", "SRUN_", "SALLOC_"))}
+
+
+def step_command(nodes: int, cpus: int | None) -> list[str]:
+    """srun for one task per node (torchrun's agent, or the command itself); a failed task ends the step."""
+    return ["srun", f"--nodes={nodes}", "--ntasks-per-node=1", *([f"--cpus-per-task={cpus}"] if cpus else []),
+            "--kill-on-bad-exit=1"]  # fmt: skip
+
+
+# --- on the submit host -----------------------------------------------------------------------
+
+
+def installed() -> bool:
+    """Whether this host has SLURM's client commands (a dry run or a laptop has none)."""
+    return shutil.which("squeue") is not None and shutil.which("sbatch") is not None
+
+
+def batch_command(options: Sequence[str], script: str) -> list[str]:
+    """The sbatch call for ``script`` with ``options``; --parsable prints the job id alone."""
+    return ["sbatch", "--parsable", *options, script]
+
+
+def cancel(jobids: Sequence[str], signal: str | None = None, batch_shell_only: bool = False) -> bool:
+    """scancel ``jobids`` (with ``signal``: signal them instead; ``batch_shell_only``: only the batch
+    script's own process). False when scancel failed."""
+    if not jobids:
+        return True
+    options = [*([f"--signal={signal}"] if signal else []), *(["--batch"] if batch_shell_only else [])]
+    return subprocess.run(["scancel", *options, *jobids], capture_output=True, text=True).returncode == 0
+
+
+def jobs_by_workdir() -> dict[str, str]:
+    """Every queued or running job -> its working directory; SlurmUnavailable when squeue cannot say."""
+    if shutil.which("squeue") is None:
+        return {}
+    found = {}
+    for line in query(["squeue", "-h", "-o", "%i %Z"]).splitlines():
+        jobid, _, workdir = line.partition(" ")
+        found[jobid.strip()] = workdir.strip()
+    return found
+
+
+def why_not_running(job: str, timeout: float = QUERY_TIMEOUT_S) -> str | None:
+    """Why squeue says ``job`` runs no more, or None while it runs or when squeue cannot tell."""
+    if shutil.which("squeue") is None:
+        return None
+    try:
+        states = set(query(["squeue", "-h", "-j", job, "-o", "%T"], timeout).split())
+    except SlurmUnavailable as e:
+        if "invalid job id" in str(e).lower():
+            return "squeue no longer knows it"
+        raise
+    if not states:
+        return "squeue no longer lists it"
+    if states <= NOT_RUNNING_STATES:
+        return f"squeue says {', '.join(sorted(states))}"
+    return None
+
+
+def accounting(jobids: Sequence[str], fields: Sequence[str]) -> list[dict[str, str]]:
+    """sacct's rows (jobs and their steps) for ``jobids``, each a dict of ``fields``; [] without
+    accounting (no sacct, or it failed)."""
+    if not jobids or shutil.which("sacct") is None:
+        return []
+    proc = subprocess.run(
+        ["sacct", "-n", "-P", "--format", ",".join(fields), "-j", ",".join(jobids)], capture_output=True, text=True
+    )
+    if proc.returncode != 0:
+        return []
+    return [dict(zip(fields, line.split("|"), strict=False)) for line in proc.stdout.splitlines()]
+
+
+def config_value(key: str) -> str | None:
+    """One setting of the cluster's configuration (`scontrol show config`), None when unknown."""
+    if shutil.which("scontrol") is None:
+        return None
+    out = subprocess.run(["scontrol", "show", "config"], capture_output=True, text=True).stdout
+    found = re.search(rf"^{re.escape(key)}\s*=\s*(\S+)", out, re.MULTILINE)
+    return found.group(1) if found else None

@@ -435,7 +435,7 @@ class Executor(SlurmExecutor):
         if not stuck:
             return []
         limits = await asyncio.to_thread(self._limits)
-        subprocess.run(["scancel", *(job.external_jobid for job in stuck)], capture_output=True, check=False)
+        slurm.cancel([job.external_jobid for job in stuck])
         for job in stuck:
             reason, partition, time_limit = reasons[job.external_jobid]
             said = slurm.explain_never_starts(job.external_jobid, reason, partition, time_limit, limits)
@@ -650,7 +650,7 @@ class Executor(SlurmExecutor):
             return
         if pending:
             self._cancelled_by_us = self._cancelled_by_us | set(pending)
-            subprocess.run(["scancel", *pending], capture_output=True, check=False)
+            slurm.cancel(list(pending))
             self.logger.info(f"SIGTERM: cancelled the pending SLURM job(s) {', '.join(pending)}; running jobs finish.")
 
     def format_job_exec(self, job: Any) -> str:

@@ -25,10 +25,8 @@ import os
 import random
 import re
 import secrets
-import shutil
 import signal
 import socket
-import subprocess
 import threading
 import time
 from collections.abc import Sequence
@@ -40,6 +38,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from snakedvc import slurm
 from snakedvc.errors import (
     EXIT_CHECKPOINTED,  # noqa: F401 - part of this module's API
     CheckpointBusy,  # defined torch-free, so a CLI can catch it cheaply
@@ -59,13 +58,6 @@ HALF_WRITTEN_GRACE_S = 5.0  # an unreadable lease this young may be one its crea
 TAKEOVER_STALE_S = 10.0  # a takeover takes milliseconds; an older takeover file is a crashed taker's
 SQUEUE_EVERY_S = 15.0  # at most one squeue call per holder this often: slurmctld serves the whole cluster
 SQUEUE_TIMEOUT_S = 10.0
-# squeue states in which no process of the job runs (pending: not started yet, or requeued after a kill).
-SLURM_NOT_RUNNING = frozenset(
-    {
-        "PENDING", "REQUEUED", "REQUEUE_FED", "REQUEUE_HOLD", "COMPLETED", "CANCELLED", "FAILED", "TIMEOUT",
-        "NODE_FAIL", "PREEMPTED", "BOOT_FAIL", "DEADLINE", "OUT_OF_MEMORY", "SPECIAL_EXIT", "REVOKED",
-    }
-)  # fmt: skip
 
 
 def run_key(config: Any, inputs: Sequence[str | Path]) -> str:
@@ -194,14 +186,12 @@ def _lease_record(token: str) -> dict[str, Any]:
     record: dict[str, Any] = {
         "host": socket.gethostname(),
         "pid": os.getpid(),
-        "slurm_job_id": os.environ.get("SLURM_JOB_ID"),
-        "slurm_array_task": None,
+        "slurm_job_id": slurm.job_id(),
+        "slurm_array_task": slurm.array_task(),
         "token": token,
         "started": now,
         "started_at": datetime.datetime.fromtimestamp(now, datetime.UTC).isoformat(timespec="seconds"),
     }
-    if os.environ.get("SLURM_ARRAY_JOB_ID") and os.environ.get("SLURM_ARRAY_TASK_ID"):
-        record["slurm_array_task"] = f"{os.environ['SLURM_ARRAY_JOB_ID']}_{os.environ['SLURM_ARRAY_TASK_ID']}"
     return record
 
 
@@ -264,27 +254,11 @@ def _pid_alive(pid: int) -> bool:
 
 def _slurm_job_ended(job: str) -> str | None:
     """Why squeue says the job runs no more, or None while it runs or when squeue cannot tell."""
-    squeue = shutil.which("squeue")
-    if squeue is None:
-        return None
     try:
-        proc = subprocess.run(
-            [squeue, "-h", "-j", job, "-o", "%T"], capture_output=True, text=True, timeout=SQUEUE_TIMEOUT_S
-        )
-    except (OSError, subprocess.TimeoutExpired) as error:
+        return slurm.why_not_running(job, timeout=SQUEUE_TIMEOUT_S)
+    except slurm.SlurmUnavailable as error:
         log.warning("squeue could not say whether SLURM job %s runs: %s", job, error)
         return None
-    if proc.returncode != 0:
-        if "invalid job id" in proc.stderr.lower():
-            return "squeue no longer knows it"
-        log.warning("squeue -j %s failed (exit %d): %s", job, proc.returncode, proc.stderr.strip())
-        return None
-    states = set(proc.stdout.split())
-    if not states:
-        return "squeue no longer lists it"
-    if states <= SLURM_NOT_RUNNING:
-        return f"squeue says {', '.join(sorted(states))}"
-    return None
 
 
 # Leases this process holds: the ``atexit`` backstop releases them when training ends some other way.
