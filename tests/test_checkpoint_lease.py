@@ -26,20 +26,15 @@ import pytest
 import torch
 from torch import nn
 
+from snakedvc.errors import CheckpointBusy
+from snakedvc.lease import DEFAULT_LEASE_WAIT_S, LEASE_FILE, CheckpointLease
 from snakedvc.torch import Resumable, TrainingStopped, add_resume_arguments
-from snakedvc.torch.checkpoint import (
-    DEFAULT_LEASE_WAIT_S,
-    LEASE_FILE,
-    CheckpointBusy,
-    CheckpointLease,
-    StopRequest,
-    run_key,
-)
+from snakedvc.torch.checkpoint import StopRequest, run_key
 from tests.conftest import REPO
 
 HOLDER = """
 import json, logging, sys
-from snakedvc.torch.checkpoint import CheckpointLease
+from snakedvc.lease import CheckpointLease
 logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s")
 lease = CheckpointLease(sys.argv[1], **json.loads(sys.argv[2]))
 lease.acquire()

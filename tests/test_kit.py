@@ -74,7 +74,7 @@ def test_the_examples_use_the_kit_only_through_its_public_api() -> None:
 def test_importing_the_kit_loads_neither_torch_nor_the_example() -> None:
     code = (
         "import sys, snakedvc, snakedvc.cli, snakedvc.launch, snakedvc.sweep, snakedvc.tracking, snakedvc.workflow\n"
-        "import snakedvc.runs, snakedvc.live\n"
+        "import snakedvc.runs, snakedvc.live, snakedvc.lease, snakedvc.slurm\n"
         "print(sorted(m for m in ('torch', 'esol', 'molflux', 'rdkit', 'dvclive') if m in sys.modules))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout

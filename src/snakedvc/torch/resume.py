@@ -23,7 +23,7 @@ function of the position for an exact resume: the batch order of an epoch
 (seed it with the epoch, e.g. ``DistributedSampler.set_epoch``).
 
 From ``load`` to ``finish`` or the stop, rank 0 holds a lease on the run's
-checkpoint folder (``snakedvc.torch.checkpoint.CheckpointLease``): a second
+checkpoint folder (``snakedvc.lease.CheckpointLease``): a second
 trainer of the same run (an orphan of a dead workflow controller, a retry that
 starts while its predecessor writes its SIGTERM checkpoint) waits for it, then
 fails with ``CheckpointBusy`` naming the holder's host, pid and SLURM job.
@@ -43,11 +43,9 @@ from typing import Any, Protocol, TypeVar
 from torch import nn
 from torch.optim import Optimizer
 
-from snakedvc.errors import TrainingStopped
+from snakedvc.errors import CheckpointBusy, TrainingStopped
+from snakedvc.lease import DEFAULT_LEASE_WAIT_S, CheckpointLease
 from snakedvc.torch.checkpoint import (
-    DEFAULT_LEASE_WAIT_S,
-    CheckpointBusy,
-    CheckpointLease,
     CheckpointStore,
     StopRequest,
     load_state,
