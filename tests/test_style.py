@@ -73,3 +73,26 @@ def test_the_slurm_room_check_finds_a_command_and_a_variable(tmp_path: Path) -> 
     room = tmp_path / SLURM_ROOM
     room.write_text(sneaky.read_text())
     assert slurm_names_outside_the_room([room], root=tmp_path) == []
+
+
+MAX_FUNCTION_LINES = 60
+
+
+def long_functions(files: list[Path], root: Path = REPO) -> list[str]:
+    """``path:line name (N lines)`` for every function longer than MAX_FUNCTION_LINES."""
+    found = []
+    for path in files:
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                length = (node.end_lineno or node.lineno) - node.lineno + 1
+                if length > MAX_FUNCTION_LINES:
+                    found.append(f"{path.relative_to(root)}:{node.lineno} {node.name} ({length} lines)")
+    return found
+
+
+def test_no_function_is_longer_than_60_lines(tmp_path: Path) -> None:
+    files = sorted({*REPO.glob("src/**/*.py"), *REPO.glob("examples/**/*.py")} - set(REPO.glob("**/.venv*/**")))
+    assert long_functions(files) == [], "split it: a function should fit on a screen"
+    long = tmp_path / "long.py"
+    long.write_text("def f():\n" + "    x = 1\n" * MAX_FUNCTION_LINES)
+    assert long_functions([long], root=tmp_path) == [f"long.py:1 f ({MAX_FUNCTION_LINES + 1} lines)"]

@@ -128,17 +128,22 @@ def train(args: argparse.Namespace) -> None:
     resume.finish()  # the final state (--final-state) for a longer run to continue from; checkpoints removed
 
     if rank == 0:
-        torch.save({key: value.cpu() for key, value in model.state_dict().items()}, args.model)
-        metrics = {
-            "valid_accuracy": evaluate(model, X["valid"], y["valid"])[1],
-            "test_accuracy": evaluate(model, X["test"], y["test"])[1],
-            "epochs": hp["epochs"],
-        }
-        with open(args.metrics, "w") as handle:
-            json.dump(metrics, handle, indent=2, sort_keys=True)
-        plot_confusion(model, X["test"], y["test"], Path(args.metrics).with_name("confusion.png"))
-        log.info("valid accuracy %.4f, test accuracy %.4f", metrics["valid_accuracy"], metrics["test_accuracy"])
-        live.finish(test_accuracy=metrics["test_accuracy"])
+        write_results(args, model, X, y, live)
+
+
+def write_results(args: argparse.Namespace, model: nn.Module, X: dict, y: dict, live: EpochLog) -> None:
+    """The model, its metrics, the test confusion matrix and dvclive's summary (process 0 only)."""
+    torch.save({key: value.cpu() for key, value in model.state_dict().items()}, args.model)
+    metrics = {
+        "valid_accuracy": evaluate(model, X["valid"], y["valid"])[1],
+        "test_accuracy": evaluate(model, X["test"], y["test"])[1],
+        "epochs": args.hparams["epochs"],
+    }
+    with open(args.metrics, "w") as handle:
+        json.dump(metrics, handle, indent=2, sort_keys=True)
+    plot_confusion(model, X["test"], y["test"], Path(args.metrics).with_name("confusion.png"))
+    log.info("valid accuracy %.4f, test accuracy %.4f", metrics["valid_accuracy"], metrics["test_accuracy"])
+    live.finish(test_accuracy=metrics["test_accuracy"])
 
 
 def main() -> int:

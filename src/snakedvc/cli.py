@@ -13,6 +13,7 @@ import argparse
 import json
 import logging
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -182,6 +183,10 @@ def cmd_controller(args: argparse.Namespace) -> None:
     raise SystemExit(controller_main(args.run_dir))
 
 
+# Adds one subcommand (name, function, help) with the --log every command takes.
+Step = Callable[[str, Any, str], argparse.ArgumentParser]
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="snakedvc", description=__doc__)
     parser.add_argument("--version", action="version", version=__version__)
@@ -193,6 +198,20 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--log", help="file that receives stderr and log lines")
         return p
 
+    _add_step_commands(step)
+    _add_run_commands(step)
+
+    # Started by `snakedvc submit`, not by hand: hidden from the command list.
+    p = sub.add_parser("controller")
+    p.set_defaults(func=cmd_controller)
+    p.add_argument("--log", help=argparse.SUPPRESS)
+    p.add_argument("run_dir")
+
+    return parser
+
+
+def _add_step_commands(step: Step) -> None:
+    """The commands a workflow's rules run."""
     p = step(
         "launch",
         cmd_launch,
@@ -233,6 +252,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("name")
     p.add_argument("--params", default="results/params.yaml", help="the experiment's effective params file")
 
+
+def _add_run_commands(step: Step) -> None:
+    """The commands a person runs: detached runs and set-up."""
     p = step("submit", cmd_submit, "run the workflow detached, on the code as it is now; prints the run id")
     p.add_argument("--name", help="the run's name, and its DVC experiment's (default: the run id)")
     p.add_argument(
@@ -261,14 +283,6 @@ def build_parser() -> argparse.ArgumentParser:
     p = step("init", cmd_init, "set up this git repository for snakedvc: profiles, .gitignore, DVC, dvc.yaml, config")
     p.add_argument("--config", default="config.yaml", help="the workflow's config file (default config.yaml)")
     p.add_argument("--dry-run", action="store_true", help="say what would be written, write nothing")
-
-    # Started by `snakedvc submit`, not by hand: hidden from the command list.
-    p = sub.add_parser("controller")
-    p.set_defaults(func=cmd_controller)
-    p.add_argument("--log", help=argparse.SUPPRESS)
-    p.add_argument("run_dir")
-
-    return parser
 
 
 def main(argv: list[str] | None = None) -> int:

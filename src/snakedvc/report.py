@@ -454,27 +454,7 @@ def collect(root: Path, title: str, snakemake_args: Sequence[str] = (), sweep_di
         if path.is_file() and ours(name):
             report.images.append((name, IMAGE_TYPES[path.suffix.lower()], path.read_bytes()))
     report.dag_svg, report.dag_note = job_dag_svg(root, snakemake_args)
-    last_log = _latest_snakemake_log(root)
-    run_over = "Complete log(s):" in last_log  # Snakemake's last line, after success or failure
-    jobs = log_jobs(last_log)
-    accounted = sacct_jobs(slurm_jobs(last_log), ACCOUNTING_SETTLE_S if run_over else 0.0)
-    if accounted:
-        # The job's own peak memory beside accounting's: sacct samples a job every
-        # JobAcctGatherFrequency seconds, so a job shorter than that may show next to nothing.
-        in_job = {job["slurm_job"]: benchmark_row(root / job["benchmark"]) for job in jobs if job["benchmark"]}
-        for row in accounted:
-            row["max_rss_in_job"] = in_job.get(row["job"].split()[0], {}).get("max_rss", "-")
-        report.jobs = accounted
-        report.jobs_source = (
-            "sacct (SLURM jobs in Snakemake's last log). max_rss is accounting's, sampled every "
-            f"{gather_frequency()} (JobAcctGatherFrequency): a job shorter than that may show next to nothing; "
-            "max_rss_in_job is Snakemake's sampling of the batch script's processes, from the rule's benchmark "
-            "file (a command that runs as a job step of its own, as snakedvc launch runs one in a SLURM job, is "
-            "not among them: for those only accounting's figure exists)"
-        )
-    else:
-        report.jobs = run_jobs(root, jobs)
-        report.jobs_source = "Snakemake's last log: every job; figures from the rule's benchmark file where it has one"
+    report.jobs, report.jobs_source = job_resources(root)
     if sweep_dir and (sweep_dir / "summary.csv").is_file():
         report.sweep = sweep_section(sweep_dir)
         # The winner's final evaluation (the sweep module's `final` folder): its metrics and plots.
@@ -486,6 +466,30 @@ def collect(root: Path, title: str, snakemake_args: Sequence[str] = (), sweep_di
             elif path.suffix.lower() in IMAGE_TYPES:
                 report.images.append((name, IMAGE_TYPES[path.suffix.lower()], path.read_bytes()))
     return report
+
+
+def job_resources(root: Path) -> tuple[list[dict[str, Any]], str]:
+    """A row per job of the last run, and where the figures come from: on SLURM accounting's
+    (beside the job's own benchmark), else Snakemake's last log and the rules' benchmark files."""
+    last_log = _latest_snakemake_log(root)
+    run_over = "Complete log(s):" in last_log  # Snakemake's last line, after success or failure
+    jobs = log_jobs(last_log)
+    accounted = sacct_jobs(slurm_jobs(last_log), ACCOUNTING_SETTLE_S if run_over else 0.0)
+    if accounted:
+        # The job's own peak memory beside accounting's: sacct samples a job every
+        # JobAcctGatherFrequency seconds, so a job shorter than that may show next to nothing.
+        in_job = {job["slurm_job"]: benchmark_row(root / job["benchmark"]) for job in jobs if job["benchmark"]}
+        for row in accounted:
+            row["max_rss_in_job"] = in_job.get(row["job"].split()[0], {}).get("max_rss", "-")
+        return accounted, (
+            "sacct (SLURM jobs in Snakemake's last log). max_rss is accounting's, sampled every "
+            f"{gather_frequency()} (JobAcctGatherFrequency): a job shorter than that may show next to nothing; "
+            "max_rss_in_job is Snakemake's sampling of the batch script's processes, from the rule's benchmark "
+            "file (a command that runs as a job step of its own, as snakedvc launch runs one in a SLURM job, is "
+            "not among them: for those only accounting's figure exists)"
+        )
+    source = "Snakemake's last log: every job; figures from the rule's benchmark file where it has one"
+    return run_jobs(root, jobs), source
 
 
 def run_header(record: dict[str, Any]) -> dict[str, Any]:

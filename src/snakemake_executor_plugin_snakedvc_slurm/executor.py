@@ -348,69 +348,15 @@ class Executor(SlurmExecutor):
             return others
         command, states = await self._query_states()
         self._last_query_at = time.monotonic()
-        still_active: list[SubmittedJobInfo] = []
-        finished = bool(exited_zero)
         if states is None:
+            self._note_failed_query(command)
             # Not handed to the plugin: when its own query fails too it yields none of the
             # jobs, Snakemake forgets them and the workflow hangs. Keep them, ask next round.
-            self._failed_status_queries += 1
-            if self._failed_status_queries == STATUS_FAILURES_BEFORE_WARNING:
-                self.logger.warning(
-                    f"The SLURM status query has failed {STATUS_FAILURES_BEFORE_WARNING} times in a row; the jobs "
-                    f"are kept as running and queried again. Run it to see why: {command}. Without an accounting "
-                    "database (slurmdbd) sacct cannot work: set snakedvc-slurm-status-command: squeue."
-                )
-            still_active = others
+            still_active, finished = others, bool(exited_zero)
         else:
             self._failed_status_queries = 0
-            for_plugin: list[SubmittedJobInfo] = []
-            pending: list[SubmittedJobInfo] = []
-            # Why: sacct lists a job by its time window, so a job that never started (held, or
-            # cancelled while pending) is missing from it forever; squeue still knows its state.
-            # Such an end (cancelled, or done) is handled here; a job that ran and failed reaches
-            # sacct, whose state and reason the plugin reports.
-            unlisted = [job.external_jobid for job in others if self._state_of(job, states) is None]
-            from_squeue: dict[str, str] = {}
-            if unlisted:
-                try:
-                    from_squeue = await asyncio.to_thread(slurm.job_states, unlisted)
-                except slurm.SlurmUnavailable as e:
-                    self.logger.debug(f"squeue for jobs missing from accounting: {e}")
-                from_squeue = {j: s for j, s in from_squeue.items() if s.split()[0] in ("CANCELLED", "COMPLETED")}
-                states = {**from_squeue, **states}
-            for job in others:
-                state = self._state_of(job, states)
-                word = state.split()[0] if state else None
-                if word is None or word in ACTIVE_STATES:
-                    still_active.append(job)  # queued, running, or not in accounting yet (as the plugin does)
-                    if word == "PENDING":
-                        pending.append(job)
-                elif job.external_jobid in from_squeue and word == "COMPLETED":
-                    self._report_success(job)
-                    finished = True
-                elif word in FAIL_STATES and (word != state or job.external_jobid in from_squeue):
-                    logfile = job.aux.get("slurm_logfile")
-                    why = (
-                        "cancelled by snakedvc-slurm (Snakemake got SIGTERM while it was pending)"
-                        if job.external_jobid in self._cancelled_by_us
-                        else f"ended as '{state}' (SLURM log: {logfile})"
-                    )
-                    self.report_job_error(
-                        job, msg=f"SLURM job {job.external_jobid} {why}. ", aux_logs=[str(logfile)] if logfile else []
-                    )
-                    finished = True
-                else:
-                    for_plugin.append(job)
-            # Why: a job that waits for a reason SLURM never clears (a runtime above the partition's
-            # MaxTime, a QOS limit) would keep the workflow waiting forever without a word.
-            stuck = await self._fail_jobs_that_never_start(pending) if pending else []
-            if stuck:
-                still_active = [job for job in still_active if job not in stuck]
-                finished = True
-            if for_plugin:
-                left = [job async for job in super().check_active_jobs(for_plugin)]
-                still_active += left
-                finished = finished or len(left) < len(for_plugin)
+            still_active, ended = await self._handle_states(others, states)
+            finished = bool(exited_zero) or ended
         # min(): the plugin's own update (when it ran) does not count, a submission's reset does.
         previous = min(previous, self.next_seconds_between_status_checks)
         settings = self.workflow.executor_settings
@@ -422,6 +368,82 @@ class Executor(SlurmExecutor):
             factor=settings.status_backoff_factor,
         )
         return still_active
+
+    def _note_failed_query(self, command: str) -> None:
+        self._failed_status_queries += 1
+        if self._failed_status_queries == STATUS_FAILURES_BEFORE_WARNING:
+            self.logger.warning(
+                f"The SLURM status query has failed {STATUS_FAILURES_BEFORE_WARNING} times in a row; the jobs "
+                f"are kept as running and queried again. Run it to see why: {command}. Without an accounting "
+                "database (slurmdbd) sacct cannot work: set snakedvc-slurm-status-command: squeue."
+            )
+
+    async def _handle_states(
+        self, jobs: list[SubmittedJobInfo], states: dict[str, str]
+    ) -> tuple[list[SubmittedJobInfo], bool]:
+        """Reports the ``jobs`` that ended (as the query's ``states`` say, or the plugin, for the
+        states it knows best); returns those still queued or running, and whether any ended."""
+        from_squeue = await self._ends_missing_from_accounting(jobs, states)
+        states = {**from_squeue, **states}
+        still_active: list[SubmittedJobInfo] = []
+        pending: list[SubmittedJobInfo] = []
+        for_plugin: list[SubmittedJobInfo] = []
+        finished = False
+        for job in jobs:
+            state = self._state_of(job, states)
+            word = state.split()[0] if state else None
+            if word is None or word in ACTIVE_STATES:
+                still_active.append(job)  # queued, running, or not in accounting yet (as the plugin does)
+                if word == "PENDING":
+                    pending.append(job)
+            elif job.external_jobid in from_squeue and word == "COMPLETED":
+                self._report_success(job)
+                finished = True
+            elif word in FAIL_STATES and (word != state or job.external_jobid in from_squeue):
+                self._report_end(job, state or word)
+                finished = True
+            else:
+                for_plugin.append(job)
+        # Why: a job that waits for a reason SLURM never clears (a runtime above the partition's
+        # MaxTime, a QOS limit) would keep the workflow waiting forever without a word.
+        stuck = await self._fail_jobs_that_never_start(pending) if pending else []
+        if stuck:
+            still_active = [job for job in still_active if job not in stuck]
+            finished = True
+        if for_plugin:
+            left = [job async for job in super().check_active_jobs(for_plugin)]
+            still_active += left
+            finished = finished or len(left) < len(for_plugin)
+        return still_active, finished
+
+    async def _ends_missing_from_accounting(
+        self, jobs: list[SubmittedJobInfo], states: dict[str, str]
+    ) -> dict[str, str]:
+        # Why: sacct lists a job by its time window, so a job that never started (held, or
+        # cancelled while pending) is missing from it forever; squeue still knows its state.
+        # Such an end (cancelled, or done) is handled here; a job that ran and failed reaches
+        # sacct, whose state and reason the plugin reports.
+        unlisted = [job.external_jobid for job in jobs if self._state_of(job, states) is None]
+        if not unlisted:
+            return {}
+        try:
+            found = await asyncio.to_thread(slurm.job_states, unlisted)
+        except slurm.SlurmUnavailable as e:
+            self.logger.debug(f"squeue for jobs missing from accounting: {e}")
+            return {}
+        return {jobid: state for jobid, state in found.items() if state.split()[0] in ("CANCELLED", "COMPLETED")}
+
+    def _report_end(self, job: SubmittedJobInfo, state: str) -> None:
+        """A job that ended in a failure state: its error names the state and the SLURM log."""
+        logfile = job.aux.get("slurm_logfile")
+        why = (
+            "cancelled by snakedvc-slurm (Snakemake got SIGTERM while it was pending)"
+            if job.external_jobid in self._cancelled_by_us
+            else f"ended as '{state}' (SLURM log: {logfile})"
+        )
+        self.report_job_error(
+            job, msg=f"SLURM job {job.external_jobid} {why}. ", aux_logs=[str(logfile)] if logfile else []
+        )
 
     async def _fail_jobs_that_never_start(self, pending: list[SubmittedJobInfo]) -> list[SubmittedJobInfo]:
         """Cancels and reports the ``pending`` jobs that wait for a reason SLURM never clears

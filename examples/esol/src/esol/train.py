@@ -77,6 +77,78 @@ def _sum_squared_error(model: nn.Module, X: torch.Tensor, y: torch.Tensor, batch
     return total
 
 
+@dataclass(frozen=True)
+class _Tensors:
+    """The splits on the device: targets standardised with the training split's mean and spread;
+    descriptor features with its scaling (kept in the model); this rank's share of the validation set."""
+
+    X_train: torch.Tensor
+    y_train: torch.Tensor
+    X_valid: torch.Tensor
+    y_valid: torch.Tensor
+    n_valid: int
+    y_mean: float
+    y_std: float
+    scaling: tuple[np.ndarray, np.ndarray] | None
+
+
+def _tensors(train: FeatureSet, valid: FeatureSet, ctx: DistContext) -> _Tensors:
+    y_mean = float(np.mean(train.y))
+    y_std = float(np.std(train.y)) or 1.0
+    # Descriptor features are standardised with the training split's statistics (kept in the
+    # model for prediction); 0/1 fingerprints go in as they are.
+    scaling = fit_scaling(train.X)
+    if scaling is not None:
+        train = replace(train, X=apply_scaling(train.X, *scaling))
+        valid = replace(valid, X=apply_scaling(valid.X, *scaling))
+    mine = rank_slice(len(valid), ctx)
+
+    def standardised(y: np.ndarray) -> torch.Tensor:
+        return torch.from_numpy(((y - y_mean) / y_std).astype(np.float32)).to(ctx.device)
+
+    return _Tensors(
+        X_train=torch.from_numpy(train.X).to(ctx.device),
+        y_train=standardised(train.y),
+        X_valid=torch.from_numpy(valid.X[mine]).to(ctx.device),
+        y_valid=standardised(valid.y[mine]),
+        n_valid=len(valid),
+        y_mean=y_mean,
+        y_std=y_std,
+        scaling=scaling,
+    )
+
+
+@dataclass
+class _Progress:
+    """Where training stands beyond model, optimizer and position: a checkpoint's extra state."""
+
+    best_state: dict[str, Any]
+    running: float = 0.0  # this rank's loss sum of the epoch so far
+    best_loss: float = math.inf
+    best_epoch: int = 0
+    rows: list[tuple[int, float, float, float]] = field(default_factory=list)
+    stopped_early: bool = False
+
+    def extra(self, cfg: TrainConfig, ctx: DistContext) -> dict[str, Any]:
+        # The partial epoch loss of every rank (an all-reduce: called on every rank), restored on rank 0 alone.
+        (total_running,) = all_sum([self.running], ctx)
+        return {
+            "running": total_running,
+            "best_loss": self.best_loss,
+            "best_epoch": self.best_epoch,
+            "best_state": self.best_state,
+            "history": self.rows,
+            "config": asdict(cfg),
+            "stopped_early": self.stopped_early,
+        }
+
+    def restore(self, state: dict[str, Any], ctx: DistContext) -> None:
+        self.running = state["running"] if ctx.is_main else 0.0
+        self.best_loss, self.best_epoch, self.best_state = state["best_loss"], state["best_epoch"], state["best_state"]
+        self.rows = [tuple(r) for r in state["history"]]
+        self.stopped_early = bool(state.get("stopped_early", False))
+
+
 def train_model(
     train: FeatureSet,
     valid: FeatureSet,
@@ -101,132 +173,126 @@ def train_model(
     elif initial is not None:
         raise ValueError("with a Resumable, give the state to continue from as its continue_from")
     make_deterministic(cfg.seed, cfg.torch_threads)
-    y_mean = float(np.mean(train.y))
-    y_std = float(np.std(train.y)) or 1.0
-    device = ctx.device
-    # Descriptor features are standardised with the training split's statistics (kept in the
-    # model for prediction); 0/1 fingerprints go in as they are.
-    scaling = fit_scaling(train.X)
-    if scaling is not None:
-        train = replace(train, X=apply_scaling(train.X, *scaling))
-        valid = replace(valid, X=apply_scaling(valid.X, *scaling))
-    X_train = torch.from_numpy(train.X).to(device)
-    y_train = torch.from_numpy(((train.y - y_mean) / y_std).astype(np.float32)).to(device)
-    mine = rank_slice(len(valid), ctx)
-    X_valid = torch.from_numpy(valid.X[mine]).to(device)
-    y_valid = torch.from_numpy(((valid.y[mine] - y_mean) / y_std).astype(np.float32)).to(device)
-
-    model = MLP(X_train.shape[1], cfg.hidden_sizes, cfg.dropout).to(device)
+    data = _tensors(train, valid, ctx)
+    model = MLP(data.X_train.shape[1], cfg.hidden_sizes, cfg.dropout).to(ctx.device)
     optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
-
-    # Where training stands beyond model, optimizer and position: a checkpoint's extra state.
-    running = 0.0
-    best_loss, best_epoch, best_state = math.inf, 0, copy.deepcopy(model.state_dict())
-    rows: list[tuple[int, float, float, float]] = []
-    stopped_early = False
-
-    def extra() -> dict[str, Any]:
-        # The partial epoch loss of every rank (an all-reduce: called on every rank), restored on rank 0 alone.
-        (total_running,) = all_sum([running], ctx)
-        return {
-            "running": total_running,
-            "best_loss": best_loss,
-            "best_epoch": best_epoch,
-            "best_state": best_state,
-            "history": rows,
-            "config": asdict(cfg),
-            "stopped_early": stopped_early,
-        }
-
-    start = resume.load(model, optimizer, extra, first_epoch=1)
+    progress = _Progress(best_state=copy.deepcopy(model.state_dict()))
+    start = resume.load(model, optimizer, lambda: progress.extra(cfg, ctx), first_epoch=1)
     if start.resumed:
-        state = start.extra
-        running = state["running"] if ctx.is_main else 0.0
-        best_loss, best_epoch, best_state = state["best_loss"], state["best_epoch"], state["best_state"]
-        rows = [tuple(r) for r in state["history"]]
-        stopped_early = bool(state.get("stopped_early", False))
-    rows_at_start = len(rows)
+        progress.restore(start.extra, ctx)
+    rows_at_start = len(progress.rows)
     if live is not None:
-        live.restore(epoch_metrics(row) for row in rows)
-
+        live.restore(epoch_metrics(row) for row in progress.rows)
     net: nn.Module = model
     if ctx.distributed:
-        net = nn.parallel.DistributedDataParallel(model, device_ids=[device] if device.type == "cuda" else None)
+        net = nn.parallel.DistributedDataParallel(model, device_ids=[ctx.device] if ctx.device.type == "cuda" else None)
 
     started = time.perf_counter()
     epoch = start.epoch
-    while epoch <= cfg.max_epochs and not stopped_early:
-        net.train()
-        order = epoch_order(len(X_train), cfg.seed, epoch)
-        for step, first in resume.steps(range(0, len(order), cfg.batch_size), epoch):
-            batch = order[first : first + cfg.batch_size]
-            share = rank_slice(len(batch), ctx)
-            idx = batch[share].to(device)
-            masks = dropout_masks(len(batch), cfg.hidden_sizes, cfg.dropout, cfg.seed, epoch, step)
-            masks = [m[share].to(device) for m in masks]
-            optimizer.zero_grad(set_to_none=True)
-            squared = ((net(X_train[idx], masks) - y_train[idx]) ** 2).sum()
-            # DDP averages gradients over ranks: scale so the average is the global-batch mean.
-            (squared * (ctx.world_size / len(batch))).backward()
-            optimizer.step()
-            running += float(squared.detach())
-        train_sse, valid_sse = all_sum([running, _sum_squared_error(model, X_valid, y_valid)], ctx)
-        running = 0.0
-        train_loss = train_sse / len(X_train)
-        if not math.isfinite(train_loss):
-            raise TrainingDivergedError(
-                f"training diverged: train loss is {train_loss} at epoch {epoch}; lower train.lr (now {cfg.lr:g})"
-            )
-        valid_loss = valid_sse / len(valid) if len(valid) else train_loss
-        valid_rmse = math.sqrt(valid_loss) * y_std
-        rows.append((epoch, train_loss, valid_loss, valid_rmse))
-        if live is not None:
-            live.epoch(epoch, **epoch_metrics(rows[-1])[1])
-        if ctx.is_main:
-            log.info(
-                "epoch %d train_loss %.4f valid_loss %.4f valid_rmse %.4f", epoch, train_loss, valid_loss, valid_rmse
-            )
-        if valid_loss < best_loss:
-            best_loss, best_epoch, best_state = valid_loss, epoch, copy.deepcopy(model.state_dict())
-        elif epoch - best_epoch >= cfg.patience:
-            if ctx.is_main:
-                log.info("early stop at epoch %d: no better valid loss since epoch %d", epoch, best_epoch)
-            stopped_early = True
+    while epoch <= cfg.max_epochs and not progress.stopped_early:
+        _train_epoch(net, optimizer, data, cfg, ctx, resume, progress, epoch)
+        _end_epoch(model, data, cfg, ctx, progress, live, epoch)
         if cfg.checkpoint_every and epoch % cfg.checkpoint_every == 0 and epoch < cfg.max_epochs:
             resume.save()
         epoch += 1
-
     elapsed = time.perf_counter() - started
     # Where training stopped, for a later run with a larger max_epochs; before the best weights are loaded.
     final_state = resume.finish(epoch)
+    trained = len(progress.rows) - rows_at_start
     if ctx.is_main:
-        samples = (len(rows) - rows_at_start) * len(X_train)
+        samples = trained * len(data.X_train)
         log.info(
             "throughput: %d samples in %.2f s = %.0f samples/s (%d process(es), %s)",
-            samples, elapsed, samples / max(elapsed, 1e-9), ctx.world_size, device,
+            samples, elapsed, samples / max(elapsed, 1e-9), ctx.world_size, ctx.device,
         )  # fmt: skip
-    model.load_state_dict(best_state)
+    return _result(model, data, cfg, progress, final_state, trained)
+
+
+def _train_epoch(
+    net: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    data: _Tensors,
+    cfg: TrainConfig,
+    ctx: DistContext,
+    resume: Resumable,
+    progress: _Progress,
+    epoch: int,
+) -> None:
+    """One epoch's steps (from where a resumed epoch stopped); adds this rank's loss to ``progress.running``."""
+    net.train()
+    order = epoch_order(len(data.X_train), cfg.seed, epoch)
+    for step, first in resume.steps(range(0, len(order), cfg.batch_size), epoch):
+        batch = order[first : first + cfg.batch_size]
+        share = rank_slice(len(batch), ctx)
+        idx = batch[share].to(ctx.device)
+        masks = dropout_masks(len(batch), cfg.hidden_sizes, cfg.dropout, cfg.seed, epoch, step)
+        masks = [m[share].to(ctx.device) for m in masks]
+        optimizer.zero_grad(set_to_none=True)
+        squared = ((net(data.X_train[idx], masks) - data.y_train[idx]) ** 2).sum()
+        # DDP averages gradients over ranks: scale so the average is the global-batch mean.
+        (squared * (ctx.world_size / len(batch))).backward()
+        optimizer.step()
+        progress.running += float(squared.detach())
+
+
+def _end_epoch(
+    model: nn.Module,
+    data: _Tensors,
+    cfg: TrainConfig,
+    ctx: DistContext,
+    progress: _Progress,
+    live: EpochLog | None,
+    epoch: int,
+) -> None:
+    """The epoch's losses (every rank's summed), its history row and log line, the best weights, early stopping."""
+    train_sse, valid_sse = all_sum([progress.running, _sum_squared_error(model, data.X_valid, data.y_valid)], ctx)
+    progress.running = 0.0
+    train_loss = train_sse / len(data.X_train)
+    if not math.isfinite(train_loss):
+        raise TrainingDivergedError(
+            f"training diverged: train loss is {train_loss} at epoch {epoch}; lower train.lr (now {cfg.lr:g})"
+        )
+    valid_loss = valid_sse / data.n_valid if data.n_valid else train_loss
+    valid_rmse = math.sqrt(valid_loss) * data.y_std
+    progress.rows.append((epoch, train_loss, valid_loss, valid_rmse))
+    if live is not None:
+        live.epoch(epoch, **epoch_metrics(progress.rows[-1])[1])
+    if ctx.is_main:
+        log.info("epoch %d train_loss %.4f valid_loss %.4f valid_rmse %.4f", epoch, train_loss, valid_loss, valid_rmse)
+    if valid_loss < progress.best_loss:
+        progress.best_loss, progress.best_epoch = valid_loss, epoch
+        progress.best_state = copy.deepcopy(model.state_dict())
+    elif epoch - progress.best_epoch >= cfg.patience:
+        if ctx.is_main:
+            log.info("early stop at epoch %d: no better valid loss since epoch %d", epoch, progress.best_epoch)
+        progress.stopped_early = True
+
+
+def _result(
+    model: MLP, data: _Tensors, cfg: TrainConfig, progress: _Progress, final_state: Any, trained: int
+) -> TrainResult:
+    """The best epoch's model on the CPU, with what prediction needs (meta) and the history."""
+    model.load_state_dict(progress.best_state)
     model.eval()
     model.cpu()
     meta = {
-        "n_features": int(X_train.shape[1]),
+        "n_features": int(data.X_train.shape[1]),
         "hidden_sizes": list(cfg.hidden_sizes),
         "dropout": float(cfg.dropout),
-        "y_mean": y_mean,
-        "y_std": y_std,
-        "best_epoch": best_epoch,
+        "y_mean": data.y_mean,
+        "y_std": data.y_std,
+        "best_epoch": progress.best_epoch,
         "config": asdict(cfg),
     }
-    if scaling is not None:
-        meta["x_mean"], meta["x_std"] = (torch.from_numpy(a) for a in scaling)
-    history = pd.DataFrame(rows, columns=list(HISTORY_COLUMNS))
+    if data.scaling is not None:
+        meta["x_mean"], meta["x_std"] = (torch.from_numpy(a) for a in data.scaling)
     return TrainResult(
         model=model,
-        history=history,
-        best_epoch=best_epoch,
+        history=pd.DataFrame(progress.rows, columns=list(HISTORY_COLUMNS)),
+        best_epoch=progress.best_epoch,
         meta=meta,
         final_state=final_state,
-        epochs_trained=len(rows) - rows_at_start,
+        epochs_trained=trained,
     )
 
 
