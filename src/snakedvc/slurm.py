@@ -300,9 +300,9 @@ def step_command(nodes: int, cpus: int | None) -> list[str]:
 # --- on the submit host -----------------------------------------------------------------------
 
 
-def installed() -> bool:
-    """Whether this host has SLURM's client commands (a dry run or a laptop has none)."""
-    return shutil.which("squeue") is not None and shutil.which("sbatch") is not None
+def installed(*commands: str) -> bool:
+    """Whether this host has SLURM's client ``commands`` (default: sbatch and squeue); a laptop has none."""
+    return all(shutil.which(command) is not None for command in commands or ("sbatch", "squeue"))
 
 
 def batch_command(options: Sequence[str], script: str) -> list[str]:
