@@ -229,7 +229,7 @@ def sacct_jobs(names: dict[str, str], settle_s: float = 0.0) -> list[dict[str, A
     With ``settle_s`` (the run is over), asks again each second, for up to that long, while a job
     still shows as not ended or accounting does not list it yet."""
     job_ids = list(names)
-    if not job_ids or not slurm.installed("sacct"):
+    if not job_ids or not slurm.has_accounting():
         return []
     deadline = time.monotonic() + settle_s
     while True:

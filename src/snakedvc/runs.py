@@ -564,7 +564,7 @@ def find_run(root: Path, key: str) -> Run:
 def squeue_states(jobids: Sequence[str]) -> dict[str, str]:
     """SLURM job id -> state, for those of ``jobids`` still queued or running; SlurmUnavailable
     when SLURM does not answer (within QUERY_TIMEOUT_S): a silent SLURM is not an empty queue."""
-    if not jobids or not slurm.installed("squeue"):
+    if not jobids or not slurm.can_query():
         return {}
     return slurm.queued(jobids)
 

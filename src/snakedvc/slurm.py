@@ -305,6 +305,16 @@ def installed(*commands: str) -> bool:
     return all(shutil.which(command) is not None for command in commands or ("sbatch", "squeue"))
 
 
+def has_accounting() -> bool:
+    """Whether sacct is there to ask."""
+    return installed("sacct")
+
+
+def can_query() -> bool:
+    """Whether squeue is there to ask."""
+    return installed("squeue")
+
+
 def batch_command(options: Sequence[str], script: str) -> list[str]:
     """The sbatch call for ``script`` with ``options``; --parsable prints the job id alone."""
     return ["sbatch", "--parsable", *options, script]
