@@ -102,3 +102,14 @@ def write_synthetic_split(path: Path | str, n: int, seed: int = 0) -> Path:
             smiles = Chem.MolToSmiles(mol) if i < len(mols) else Chem.MolToSmiles(mol, doRandom=True)
             writer.writerow([i, smiles, f"{rng.uniform(-10, 2):.4f}"])
     return path
+
+
+def esol_config(cls: type, **overrides: Any) -> Any:
+    """An ESOL step's config (esol.config's SplitConfig, FeaturiseConfig, TrainConfig) as the workflow's
+    schema defaults give it, with ``overrides``: the schema is the one place the defaults are written."""
+    from esol.config import section
+    from snakedvc.config import load_schema, validate_config
+
+    name = {"SplitConfig": "split", "FeaturiseConfig": "featurise", "TrainConfig": "train"}[cls.__name__]
+    defaults = validate_config({}, load_schema(REPO / "workflow" / "schemas" / "config.schema.yaml"))
+    return section(cls, {**defaults[name], **overrides})

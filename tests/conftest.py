@@ -66,6 +66,18 @@ def slurm_jobs_by_rule(output: str) -> dict[str, list[str]]:
     return jobs
 
 
+def accounted_jobs(workdir: Path) -> list[dict[str, str]]:
+    """Every SLURM job of the last two hours, any user's, that ran in ``workdir`` (sacct, one row a
+    job): id, name, partition, workdir, start, end, state."""
+    columns = "JobID,JobName%60,Partition,WorkDir%300,Start,End,State"
+    out = subprocess.run(
+        ["sacct", "-a", "-X", "-n", "-P", "-S", "now-2hours", "-o", columns], capture_output=True, text=True, check=True
+    ).stdout
+    names = ("id", "name", "partition", "workdir", "start", "end", "state")
+    rows = [dict(zip(names, line.split("|"), strict=True)) for line in out.splitlines()]
+    return [row for row in rows if row["workdir"] == str(workdir)]
+
+
 def cluster_up(nodes: int) -> None:
     """The real SLURM test cluster with this many compute nodes (idempotent: starts or reshapes it only if needed)."""
     env = {**os.environ, "SLURM_CLUSTER_NODES": str(nodes)}

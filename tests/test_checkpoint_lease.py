@@ -31,6 +31,7 @@ from snakedvc.lease import DEFAULT_LEASE_WAIT_S, LEASE_FILE, CheckpointLease
 from snakedvc.torch import Resumable, TrainingStopped, add_resume_arguments
 from snakedvc.torch.checkpoint import StopRequest, run_key
 from tests.conftest import REPO
+from tests.waiting import wait_until
 
 HOLDER = """
 import json, logging, sys
@@ -200,7 +201,8 @@ def test_release_deletes_only_our_own_lease(tmp_path: Path, holder, caplog) -> N
     """A holder that stops refreshing goes stale after ``stale_after_s``; once taken over, its release leaves the
     new holder's file alone."""
     first = holder(refresh_s=3600)  # alive, but silent
-    time.sleep(1.2)
+    last_sign_of_life = time.time() - 5  # its file's mtime: as if it had last refreshed it 5 s ago
+    os.utime(tmp_path / "run" / LEASE_FILE, (last_sign_of_life, last_sign_of_life))
     with caplog.at_level(logging.WARNING, logger="snakedvc"):
         lease = CheckpointLease(tmp_path / "run", wait_s=0, stale_after_s=1).acquire()
     try:
@@ -293,13 +295,8 @@ def test_a_second_training_of_the_same_run_refuses_then_waits_and_resumes(tmp_pa
         started.append(proc)
         return proc, log
 
-    def wait_for(text: str, log: Path, proc: subprocess.Popen[bytes], timeout: float = 120) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline and proc.poll() is None:
-            if text in log.read_text():
-                return
-            time.sleep(0.1)
-        raise AssertionError(f"no {text!r} in {log}:\n{log.read_text()}")
+    def wait_for(text: str, log: Path, proc: subprocess.Popen[bytes]) -> None:
+        wait_until(lambda: text in log.read_text(), f"{text!r} in {log}", 120, explain=log.read_text, proc=proc)
 
     first, first_log = launch("first", "--step-sleep", "0.05")  # about 0.8 s an epoch
     try:

@@ -85,9 +85,14 @@ def test_validation_does_not_mutate_input(schema: dict) -> None:
     assert original == snapshot
 
 
-def test_section_builds_dataclass() -> None:
-    cfg = section(TrainConfig, {"hidden_sizes": [8, 4], "lr": 0.1})
-    assert cfg.hidden_sizes == (8, 4) and cfg.lr == 0.1
+def test_section_builds_dataclass_from_a_whole_validated_section(schema: dict) -> None:
+    train = validate_config({"train": {"hidden_sizes": [8, 4], "lr": 0.1}}, schema)["train"]
+    cfg = section(TrainConfig, train)
+    assert cfg.hidden_sizes == (8, 4) and cfg.lr == 0.1 and cfg.max_epochs == 100  # the schema's default
+    with pytest.raises(ConfigError, match="missing max_epochs"):
+        section(TrainConfig, {k: v for k, v in train.items() if k != "max_epochs"})
+    with pytest.raises(ConfigError, match="unknown key.*nope"):
+        section(TrainConfig, {**train, "nope": 1})
 
 
 @pytest.mark.parametrize(
@@ -119,3 +124,49 @@ def test_numeric_strings_from_command_line_are_coerced(schema: dict) -> None:
     assert cfg["train"]["hidden_sizes"] == [32, 8]
     with pytest.raises(ConfigError, match="train.lr"):
         validate_config({"train": {"lr": "fast"}}, schema)
+
+
+def test_the_kits_settings_classes_name_exactly_the_schemas_keys_and_hold_no_defaults() -> None:
+    import dataclasses
+
+    from snakedvc import settings
+
+    def check(cls: type, schema: dict) -> None:
+        fields = dataclasses.fields(cls)
+        assert [f.name for f in fields] == list(schema["properties"]), cls
+        assert all(f.default is dataclasses.MISSING for f in fields), f"{cls.__name__} repeats a default"
+        for field in fields:
+            hint = cls.__annotations__[field.name]
+            section = getattr(settings, str(hint), None)
+            if dataclasses.is_dataclass(section):
+                check(section, schema["properties"][field.name])
+
+    check(settings.Settings, settings.schema("snakedvc"))
+    check(settings.ControllerSettings, settings.schema("controller"))
+    frozen = settings.settings({"snakedvc": {"sweep": {"metric": "loss"}}})
+    assert frozen.sweep.metric == "loss" and frozen.experiment.metrics == () and frozen.tracking is True
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        frozen.sweep.metric = "other"  # type: ignore[misc]
+
+
+def test_the_esol_steps_configs_name_exactly_the_schemas_keys_and_hold_no_defaults(schema: dict) -> None:
+    import dataclasses
+
+    from esol.config import FeaturiseConfig, SplitConfig
+
+    for cls, key in ((SplitConfig, "split"), (FeaturiseConfig, "featurise"), (TrainConfig, "train")):
+        fields = dataclasses.fields(cls)
+        assert {f.name for f in fields} == set(schema["properties"][key]["properties"]), cls
+        assert all(f.default is dataclasses.MISSING for f in fields), f"{cls.__name__} repeats a default"
+
+
+def test_controller_yaml_goes_through_the_schema(tmp_path) -> None:
+    from snakedvc.settings import controller_settings
+
+    assert controller_settings(tmp_path).runtime == 10080  # no file: every default
+    (tmp_path / "controller.yaml").write_text("partition: long\nsbatch_extra: [--qos=long]\nretries: 0\n")
+    job = controller_settings(tmp_path)
+    assert (job.partition, job.sbatch_extra, job.retries, job.cpus) == ("long", ("--qos=long",), 0, 1)
+    (tmp_path / "controller.yaml").write_text("retries: -1\n")
+    with pytest.raises(ConfigError, match=r"controller.yaml: config key 'retries'.*minimum"):
+        controller_settings(tmp_path)

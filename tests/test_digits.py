@@ -9,7 +9,6 @@ import re
 import shutil
 import signal
 import subprocess
-import time
 from pathlib import Path
 
 import pandas as pd
@@ -17,7 +16,7 @@ import pytest
 import yaml
 
 from snakedvc.live import read_progress
-from snakedvc.sweep import schedule, total_epochs
+from snakedvc.sweep.plan import schedule, total_epochs
 from tests.conftest import (
     REPO,
     SNAKEMAKE,
@@ -31,6 +30,7 @@ from tests.conftest import (
     trainers_in,
 )
 from tests.test_slurm import wait_for_sacct
+from tests.waiting import wait_until
 
 EXAMPLE = REPO / "examples" / "digits"
 LOCAL = str(REPO / "profiles" / "local")
@@ -208,12 +208,16 @@ def test_sigterm_checkpoints_exits_75_and_the_rerun_resumes_bit_identically(tmp_
     running = subprocess.Popen(
         [*SNAKEMAKE, "--profile", LOCAL, *LONG_RUN], cwd=reference, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
     )
-    seen = []
-    while running.poll() is None:
+    seen: list[int] = []
+
+    def watched_to_the_end() -> bool:
+        ended = running.poll() is not None  # asked first: the last epoch is read after the end
         progress = read_progress(reference / "results/live")
         if progress is not None and (not seen or progress.epoch != seen[-1]):
             seen.append(progress.epoch)
-        time.sleep(0.05)
+        return ended
+
+    wait_until(watched_to_the_end, "the reference run to end", timeout=600, poll=0.05)
     assert running.returncode == 0, running.stdout.read().decode()[-3000:]
     assert seen == sorted(seen) and len(seen) >= 5 and seen[-1] == 60, seen
 
@@ -227,10 +231,8 @@ def test_sigterm_checkpoints_exits_75_and_the_rerun_resumes_bit_identically(tmp_
     )
     try:
         # Signal the trainer as soon as its first periodic checkpoint exists: mid-run, seconds before its end.
-        deadline = time.monotonic() + 120
-        while not list(project.glob(".checkpoints/*/ckpt-*.pt")):
-            assert snakemake.poll() is None and time.monotonic() < deadline, "no checkpoint before the run ended"
-            time.sleep(0.02)
+        checkpoints = ".checkpoints/*/ckpt-*.pt"
+        wait_until(lambda: list(project.glob(checkpoints)), f"a checkpoint ({checkpoints})", 120, 0.02, proc=snakemake)
         (pid,) = trainers_in(project, b"train.py")
         os.kill(pid, signal.SIGTERM)
         output, _ = snakemake.communicate(timeout=300)

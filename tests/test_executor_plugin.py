@@ -40,6 +40,7 @@ from snakemake_executor_plugin_snakedvc_slurm.executor import (
     with_exit_code_file,
 )
 from tests.conftest import REPO, SNAKEMAKE, slurm_jobs_by_rule
+from tests.waiting import wait_until
 
 LOGGER = "snakedvc-slurm-test"
 
@@ -455,13 +456,6 @@ def slurm(*command: str) -> str:
     return subprocess.run(command, check=True, capture_output=True, text=True, timeout=30).stdout.strip()
 
 
-def wait_for(what: str, condition: Any, seconds: float = 30) -> None:
-    deadline = time.monotonic() + seconds
-    while not condition():
-        assert time.monotonic() < deadline, f"no {what} after {seconds} s"
-        time.sleep(0.2)
-
-
 @pytest.mark.slurm
 def test_on_slurm_a_scancelled_job_fails_where_the_plugin_sees_it_running(slurm_cluster: None, tmp_path: Path) -> None:
     executor = make_executor(tmp_path)
@@ -469,11 +463,12 @@ def test_on_slurm_a_scancelled_job_fails_where_the_plugin_sees_it_running(slurm_
     log.parent.mkdir(parents=True, exist_ok=True)
     jobid = slurm("sbatch", "--parsable", "--job-name", executor.run_uuid, "-o", str(log), "--wrap", "sleep 300")
     try:
-        wait_for("running job", lambda: slurm("squeue", "-h", "-j", jobid, "-o", "%T") == "RUNNING")
+        wait_until(lambda: slurm("squeue", "-h", "-j", jobid, "-o", "%T") == "RUNNING", "the job to run", timeout=30)
         slurm("scancel", jobid)
         # What the plugin's own status query reads (slurmdbd learns of the cancel a moment later).
         query = shlex.split(query_job_status_sacct(executor.run_uuid))
-        wait_for("'CANCELLED by' in sacct", lambda: slurm(*query) == f"{jobid}|CANCELLED by 0")
+        cancelled = f"{jobid}|CANCELLED by 0"
+        wait_until(lambda: slurm(*query) == cancelled, repr(cancelled), timeout=30, explain=lambda: slurm(*query))
         job = SubmittedJobInfo(Job(1), external_jobid=jobid, aux={"slurm_logfile": log})
         assert check(executor, [job], official.Executor.check_active_jobs) == [job]  # the upstream bug
         assert check(executor, [job]) == []

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -69,6 +70,11 @@ def test_the_examples_use_the_kit_only_through_its_public_api() -> None:
     used: dict[str, set[str]] = {str(f.relative_to(REPO)): kit_names_used(f) - public for f in files}
     assert {f: names for f, names in used.items() if names} == {}
     assert any(kit_names_used(f) for f in files)  # the scan does find the kit
+    # Members too: a workflow's sweep plan (SWEEP = snakedvc.sweep_plan(config)) only through its public ones.
+    from snakedvc.sweep.plan import PUBLIC
+
+    members = {m for f in files for m in re.findall(r"\bSWEEP\.(\w+)", f.read_text())}
+    assert members and members <= set(PUBLIC), members - set(PUBLIC)
 
 
 def test_importing_the_kit_loads_neither_torch_nor_the_example() -> None:
@@ -268,3 +274,40 @@ def test_a_failed_push_keeps_dvcs_reason_names_the_remote_and_says_the_experimen
     assert "Not a directory" in said and "Having any troubles" not in said, said
     assert "dvc push && dvc exp push origin pushed" in said
     assert "pushed" in dvc(dvc_repo, "exp", "list", "--name-only").stdout
+
+
+def test_training_stopped_left_uncaught_exits_75_and_except_exception_does_not_swallow_it() -> None:
+    code = (
+        "from snakedvc.torch import TrainingStopped\n"
+        "try:\n    raise TrainingStopped(None, 3, 7, 'SIGTERM')\nexcept Exception:\n    print('swallowed')\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert proc.returncode == 75 and "swallowed" not in proc.stdout, proc
+
+
+def test_the_public_api_is_what_the_readme_lists_capability_by_capability() -> None:
+    """``snakedvc.API``: every name and member resolves, the README's table lists the same ones, its count is right."""
+    import importlib
+    import typing
+
+    names: list[str] = []
+    for capability, entries in snakedvc.API.items():
+        for dotted, members in entries.items():
+            module, _, attr = dotted.rpartition(".")
+            target = getattr(importlib.import_module(f"snakedvc.{module}" if module else "snakedvc"), attr)
+            if members and not isinstance(target, type):  # a function: its members are its result's
+                target = typing.get_type_hints(target)["return"]
+            for member in members:
+                declared = hasattr(target, member) or member in typing.get_type_hints(target)
+                assert declared, f"{capability}: {dotted} has no {member}"
+            names += [attr, *members]
+    readme = (REPO / "README.md").read_text()
+    table = readme[readme.index("| capability | names you use |") :].split("\n\n", 1)[0]
+    listed = [
+        name
+        for row in table.splitlines()[2:]
+        for name in re.findall(r"`([\w.]+)`", row.split("|")[2])
+        if not name.startswith("snakedvc")
+    ]
+    assert sorted(listed) == sorted(names)
+    assert f"That is {len(names)} names for everything" in readme

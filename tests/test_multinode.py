@@ -13,7 +13,6 @@ import re
 import shlex
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -22,6 +21,7 @@ import torch
 from snakedvc.launch import rdzv_port
 from tests.conftest import REPO, run_snakemake, slurm_jobs_by_rule
 from tests.test_slurm_resume import finish, running_train_job, wait_for_log
+from tests.waiting import wait_until
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow, pytest.mark.multinode]
 
@@ -31,25 +31,30 @@ REFERENCE = REPO / "tests/reference/launch/two_nodes_cpu_with_log.txt"
 SMALL = ["data={limit: 200}", "train={max_epochs: 3, hidden_sizes: [32]}"]
 
 
+def ended_job(jobid: str) -> dict[str, dict[str, str]] | None:
+    """sacct rows of a job and its steps, by job id ("123", "123.batch", "123.0"), once they show the job's end."""
+    out = subprocess.run(
+        ["sacct", "-n", "-P", "-j", jobid, "-o", "JobID,State,NNodes,NodeList"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    rows = {}
+    for line in out.splitlines():
+        job, state, nnodes, nodelist = line.split("|")
+        rows[job] = {"state": state.split()[0], "nnodes": nnodes, "nodelist": nodelist}
+    return rows if jobid in rows and rows[jobid]["state"] not in ("PENDING", "RUNNING", "COMPLETING") else None
+
+
 def accounted(jobid: str, timeout: float = 60) -> dict[str, dict[str, str]]:
-    """sacct rows of a job and its steps, by job id ("123", "123.batch", "123.0")."""
-    deadline = time.time() + timeout
-    while True:
-        out = subprocess.run(
-            ["sacct", "-n", "-P", "-j", jobid, "-o", "JobID,State,NNodes,NodeList"],
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout
-        rows = {}
-        for line in out.splitlines():
-            job, state, nnodes, nodelist = line.split("|")
-            rows[job] = {"state": state.split()[0], "nnodes": nnodes, "nodelist": nodelist}
-        if jobid in rows and rows[jobid]["state"] not in ("PENDING", "RUNNING", "COMPLETING"):
-            return rows
-        if time.time() > deadline:
-            raise AssertionError(f"sacct has no finished job {jobid}: {out}")
-        time.sleep(0.5)
+    """The rows of ``ended_job``, waited for: accounting may hear of a job's end a few seconds late."""
+    return wait_until(
+        lambda: ended_job(jobid),
+        f"accounting of job {jobid}'s end",
+        timeout,
+        poll=0.5,
+        explain=lambda: subprocess.run(["sacct", "-P", "-j", jobid], capture_output=True, text=True).stdout,
+    )
 
 
 def hostnames(nodelist: str) -> set[str]:

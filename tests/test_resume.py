@@ -67,7 +67,7 @@ def train(argv: list[str]) -> list[float]:
             # Batch order: a pure function of (seed, epoch), the same on every rank.
             order = torch.randperm(len(X), generator=torch.Generator().manual_seed(args.seed * 1000 + epoch))
             net.train()
-            for _step, batch in resume.steps(order.split(BATCH), epoch):
+            for step, batch in resume.steps(order.split(BATCH), epoch):
                 mine = batch[ctx.rank :: ctx.world_size]
                 loss = ((net(X[mine]).squeeze(-1) - y[mine]) ** 2).mean()
                 optimizer.zero_grad()
@@ -77,6 +77,8 @@ def train(argv: list[str]) -> list[float]:
                 if done == args.kill_at:
                     os.kill(os.getpid(), signal.SIGTERM)  # what SLURM sends; the next step is where all ranks stop
                 time.sleep(args.step_sleep)
+                if ctx.is_main:
+                    print(f"epoch {epoch} step {step} done", flush=True)  # where it is, for a test to aim at
             model.eval()
             with torch.no_grad():
                 history.append(float(((model(X).squeeze(-1) - y) ** 2).mean()))
@@ -230,7 +232,8 @@ def test_save_before_load_is_an_error(tmp_path: Path) -> None:
 @pytest.mark.slow
 def test_sigterm_to_torchrun_stops_both_ranks_at_one_step_and_the_rerun_matches(data, tmp_path: Path) -> None:
     """Real signals: SIGTERM to torchrun mid-run; both ranks stop at one step; the rerun resumes exactly."""
-    from tests.conftest import venv_env
+    from tests.conftest import venv_env  # here: this file also runs as a script, without the tests package
+    from tests.waiting import wait_until
 
     def command(out: Path) -> list[str]:
         return [
@@ -251,10 +254,9 @@ def test_sigterm_to_torchrun_stops_both_ranks_at_one_step_and_the_rerun_matches(
     assert proc.wait(timeout=600) == 0, ref_log.read_text()
 
     proc, log = launch(interrupted, "first")
-    deadline = time.time() + 300
-    while time.time() < deadline and "epoch 2 loss" not in log.read_text() and proc.poll() is None:
-        time.sleep(0.05)
-    time.sleep(0.15)  # about half an epoch: aim mid-epoch (any step will do)
+    # Mid-epoch (any step will do): the signal lands a step or two later, well before the run's end.
+    mid_epoch = f"epoch 3 step {STEPS_PER_EPOCH // 2} done"
+    wait_until(lambda: mid_epoch in log.read_text(), repr(mid_epoch), 300, 0.05, explain=log.read_text, proc=proc)
     proc.send_signal(signal.SIGTERM)  # to torchrun alone, which passes it on to its workers
     assert proc.wait(timeout=120) != 0  # non-zero: Snakemake would retry
     text = log.read_text()

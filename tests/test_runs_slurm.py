@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import json
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import SMALL_RUN, dvc_experiments, dvc_project, md5
-from tests.test_runs import EDIT, SOURCE, edit_lr, git, git_state, runs, snakedvc, submit, wait_until_ended
+from tests.conftest import SMALL_RUN, accounted_jobs, dvc_experiments, dvc_project, md5
+from tests.test_runs import EDIT, SOURCE, edit_lr, git, git_state, run_log, runs, snakedvc, submit, wait_until_ended
+from tests.waiting import wait_until
 
 pytestmark = pytest.mark.slurm
 SLURM = ["--profile", "profiles/slurm"]
@@ -26,28 +26,9 @@ def record(repo: Path, run_id: str) -> dict:
     return json.loads((repo / ".snakedvc/runs" / run_id / "run.json").read_text())
 
 
-def wait_for_log(repo: Path, run_id: str, text: str, timeout: float = 300) -> str:
-    deadline = time.monotonic() + timeout
-    while True:
-        log = snakedvc(repo, "logs", run_id).stdout
-        if text in log:
-            return log
-        assert time.monotonic() < deadline, f"{text!r} not in the log of {run_id}:\n{log[-3000:]}"
-        time.sleep(1)
-
-
-def sacct_train_jobs(workspace: Path) -> list[dict[str, str]]:
-    """The run's training jobs (sacct, one line per job) with start and end times: ESOL's train
-    asks for a GPU, so its jobs are the run's jobs in the gpu partition."""
-    out = subprocess.run(
-        ["sacct", "-a", "-X", "-n", "-P", "-S", "now-2hours", "-o", "JobID,Partition,WorkDir,Start,End,State"],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
-    rows = [dict(zip(("id", "partition", "workdir", "start", "end", "state"), line.split("|"), strict=True))
-            for line in out.splitlines()]  # fmt: skip
-    return [row for row in rows if row["workdir"] == str(workspace) and row["partition"] == "gpu"]
+def wait_for_log(repo: Path, run_id: str, text: str, timeout: float = 300) -> None:
+    what = f"{text!r} in the log of run {run_id}"
+    wait_until(lambda: text in run_log(repo, run_id), what, timeout, poll=1, explain=lambda: run_log(repo, run_id))
 
 
 @pytest.fixture
@@ -74,10 +55,13 @@ def test_three_runs_at_once_each_pinned_to_its_submit_and_one_cancelled(slurm_cl
     wait_for_log(repo, doomed, "rule train")
     jobs = record(repo, doomed)["controller_jobs"]
     assert "cancelled run" in snakedvc(repo, "cancel", doomed).stdout
-    deadline = time.monotonic() + 30
-    while squeue_ids() & {*jobs, *runs(repo)[doomed]["slurm_jobs"]}:
-        assert time.monotonic() < deadline, subprocess.run(["squeue"], capture_output=True, text=True).stdout
-        time.sleep(1)
+    wait_until(
+        lambda: not squeue_ids() & {*jobs, *runs(repo)[doomed]["slurm_jobs"]},
+        "none of the cancelled run's jobs in squeue",
+        timeout=30,
+        poll=1,
+        explain=lambda: subprocess.run(["squeue"], capture_output=True, text=True).stdout,
+    )
 
     for run_id in (first, second, third):
         ended = wait_until_ended(repo, run_id, timeout=900)
@@ -114,10 +98,13 @@ def test_a_lost_controller_is_replaced_and_training_resumes_bit_identically(slur
     interrupted = submit(repo, "--name", "interrupted", *SLURM, "--", *longer)
     wait_for_log(repo, interrupted, "rule train")
     workspace = repo / ".snakedvc/runs" / interrupted / "workspace"
-    deadline = time.monotonic() + 300
-    while not list((workspace / ".checkpoints").rglob("*.pt")):  # training is under way
-        assert time.monotonic() < deadline
-        time.sleep(0.5)
+    wait_until(
+        lambda: list((workspace / ".checkpoints").rglob("*.pt")),
+        "a checkpoint of the run's training (training under way)",
+        timeout=300,
+        poll=0.5,
+        explain=lambda: run_log(repo, interrupted),
+    )
     (first_controller,) = record(repo, interrupted)["controller_jobs"]
     subprocess.run(["scancel", first_controller], check=True)  # as an admin, or a node failure, would
 
@@ -126,8 +113,9 @@ def test_a_lost_controller_is_replaced_and_training_resumes_bit_identically(slur
     assert ended["state"] == "done", log[-4000:]
     assert "takes over" in log and "stopping jobs left by the previous controller" in log, log[-4000:]
     assert len(record(repo, interrupted)["controller_jobs"]) == 2
-    # No two training jobs of the run overlapped, and the second resumed from a checkpoint.
-    trains = sorted(sacct_train_jobs(workspace), key=lambda row: row["start"])
+    # No two training jobs of the run overlapped, and the second resumed from a checkpoint. ESOL's
+    # train asks for a GPU: its jobs are the run's jobs in the gpu partition.
+    trains = sorted((r for r in accounted_jobs(workspace) if r["partition"] == "gpu"), key=lambda r: r["start"])
     assert len(trains) >= 2, trains
     for earlier, later in zip(trains, trains[1:], strict=False):
         assert earlier["end"] <= later["start"], trains

@@ -6,12 +6,14 @@ import re
 import subprocess
 import sys
 import time
+from functools import partial
 from pathlib import Path
 
 import pytest
 import yaml
 
 from tests.conftest import REPO, SMALL_RUN, copy_project, md5, run_snakemake, slurm_jobs_by_rule, without_slurm
+from tests.waiting import text_of, wait_until
 
 pytestmark = pytest.mark.slurm
 
@@ -39,19 +41,25 @@ def sacct(jobid: str) -> dict[str, str]:
     return {"partition": partition, "cpus": cpus, "mem": mem, "timelimit": limit, "tres": tres, "state": state}
 
 
+def ended_row(jobid: str) -> dict[str, str] | None:
+    """The job's accounting row, once it shows the job's end."""
+    try:
+        row = sacct(jobid)
+    except (subprocess.CalledProcessError, IndexError, ValueError):  # not in accounting yet
+        return None
+    return row if row["state"] not in {"PENDING", "RUNNING", "COMPLETING"} else None
+
+
 def wait_for_sacct(jobid: str, timeout: float = 30) -> dict[str, str]:
     """The job's accounting row once accounting has heard of its end: Snakemake goes on when the
     batch script exits (its exit code file), which slurmdbd may learn a few seconds later."""
-    deadline = time.time() + timeout
-    while True:
-        try:
-            row = sacct(jobid)
-            if row["state"] not in {"PENDING", "RUNNING", "COMPLETING"} or time.time() > deadline:
-                return row
-        except (subprocess.CalledProcessError, IndexError, ValueError):
-            if time.time() > deadline:
-                raise
-        time.sleep(0.5)
+    return wait_until(
+        lambda: ended_row(jobid),
+        f"accounting of job {jobid}'s end",
+        timeout,
+        poll=0.5,
+        explain=lambda: subprocess.run(["sacct", "-X", "-P", "-j", jobid], capture_output=True, text=True).stdout,
+    )
 
 
 def test_pipeline_on_slurm_matches_local_and_asks_rule_resources(slurm_cluster, tmp_path: Path) -> None:
@@ -124,9 +132,7 @@ def test_report_waits_for_accounting_to_hear_of_a_finished_runs_last_jobs(slurm_
         text=True,
         check=True,
     ).stdout.strip()
-    deadline = time.monotonic() + 30
-    while not (listed := sacct_jobs({jobid: "sleep"})) and time.monotonic() < deadline:
-        time.sleep(0.2)
+    listed = wait_until(lambda: sacct_jobs({jobid: "sleep"}), f"accounting to list job {jobid}", timeout=30)
     assert listed[0]["state"] in {"PENDING", "RUNNING"}, listed
     # A run that is over: asks again until accounting shows the job's end.
     start = time.monotonic()
@@ -179,18 +185,19 @@ def test_scancelled_job_is_reported_and_retried(slurm_cluster, project: Path) ->
         stderr=subprocess.STDOUT,
         text=True,
     )
+    log = project / "logs/train.log"
+
+    def training_job() -> str | None:
+        """The running train job, once its log shows an epoch: the training's srun step is under way."""
+        if not re.search(r"epoch \d+ train_loss", text_of(log)):
+            return None
+        out = subprocess.run(["squeue", "-h", "-t", "R", "-o", "%i %k"], capture_output=True, text=True).stdout
+        rows = [line.partition(" ") for line in out.splitlines()]
+        return next((ident for ident, _, comment in rows if comment.startswith("rule_train")), None)
+
     try:
-        jobid = None
-        deadline = time.time() + 300
-        while jobid is None and time.time() < deadline and snakemake.poll() is None:
-            out = subprocess.run(["squeue", "-h", "-t", "R", "-o", "%i %k"], capture_output=True, text=True).stdout
-            for line in out.splitlines():
-                ident, _, comment = line.partition(" ")
-                if comment.startswith("rule_train") and (project / "logs/train.log").exists():
-                    jobid = ident
-            time.sleep(0.5)
-        assert jobid is not None, "train job never ran"
-        time.sleep(2)
+        what = "the train job running, its log showing an epoch"
+        jobid = wait_until(training_job, what, 300, 0.5, explain=partial(text_of, log), proc=snakemake)
         subprocess.run(["scancel", jobid], check=True)
         output, _ = snakemake.communicate(timeout=600)
     finally:

@@ -18,9 +18,10 @@ from pathlib import Path
 import pytest
 
 from snakedvc import slurm
-from tests.conftest import SNAKEMAKE, dvc_experiments, md5, run_snakemake
+from tests.conftest import SNAKEMAKE, accounted_jobs, dvc_experiments, md5, run_snakemake
 from tests.test_digits import LOCAL, SLURM, dvc_example
 from tests.test_runs import runs, snakedvc
+from tests.waiting import wait_until
 
 pytestmark = pytest.mark.slurm
 SLURMCTLD_PIDFILE = Path("/run/snakedvc-slurm/slurmctld.pid")
@@ -37,29 +38,9 @@ def stalled_slurmctld() -> Iterator[None]:
         os.kill(pid, signal.SIGCONT)
 
 
-def wait_until(condition, timeout: float, poll: float = 0.1, what: str = ""):  # noqa: ANN001, ANN201
-    deadline = time.monotonic() + timeout
-    while not (found := condition()):
-        assert time.monotonic() < deadline, f"timed out waiting for {what or condition}"
-        time.sleep(poll)
-    return found
-
-
 def queue(*columns: str) -> list[list[str]]:
     out = subprocess.run(["squeue", "-h", "-o", "|".join(columns)], capture_output=True, text=True, check=True)
     return [line.split("|") for line in out.stdout.splitlines()]
-
-
-def accounted_jobs(workdir: Path) -> list[dict[str, str]]:
-    """Every SLURM job (sacct) that ran in ``workdir``: id, name, state."""
-    out = subprocess.run(
-        ["sacct", "-a", "-X", "-n", "-P", "-S", "now-2hours", "-o", "JobID,JobName%60,WorkDir%300,State"],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
-    rows = [dict(zip(("id", "name", "workdir", "state"), line.split("|"), strict=True)) for line in out.splitlines()]
-    return [row for row in rows if row["workdir"] == str(workdir)]
 
 
 def test_submit_once_adopts_the_job_that_a_timed_out_sbatch_made(slurm_cluster: None, tmp_path: Path) -> None:
@@ -70,7 +51,7 @@ def test_submit_once_adopts_the_job_that_a_timed_out_sbatch_made(slurm_cluster: 
         started = time.monotonic()
         # sbatch gives up after MessageTimeout (10 s); submit_once then waits for SLURM to answer.
         submitted = pool.submit(slurm.submit_once, command, "fault-test", comment)
-        time.sleep(15)
+        time.sleep(15)  # a deliberate duration: slurmctld stays stopped past sbatch's timeout
         assert not submitted.done()
     jobid = submitted.result(timeout=60)
     assert time.monotonic() - started > 15
@@ -96,7 +77,9 @@ def test_a_stalled_slurmctld_during_a_detached_run(slurm_cluster: None, tmp_path
             stderr=subprocess.PIPE,
             text=True,
         )
-        time.sleep(15)  # past sbatch's own timeout (MessageTimeout, 10 s)
+        # A deliberate duration, not a wait for an event: slurmctld stays stopped past sbatch's own
+        # timeout (MessageTimeout, 10 s), so that submit's sbatch times out.
+        time.sleep(15)
     out, err = submitting.communicate(timeout=120)
     assert submitting.returncode == 0, err
     (run,) = runs(repo).values()
@@ -110,8 +93,9 @@ def test_a_stalled_slurmctld_during_a_detached_run(slurm_cluster: None, tmp_path
         lambda: [
             r for r in queue("%i", "%T", "%Z") if r[2] == str(workspace) and r[0] != controller and r[1] == "RUNNING"
         ],
+        "the run's first job to run",
         timeout=180,
-        what="the run's first job to run",
+        explain=lambda: snakedvc(repo, "logs", run["id"]).stdout,
     )
     with stalled_slurmctld():
         started = time.monotonic()
@@ -121,25 +105,27 @@ def test_a_stalled_slurmctld_during_a_detached_run(slurm_cluster: None, tmp_path
         assert time.monotonic() - started < 25, "runs took too long"
         refused = snakedvc(repo, "resume", run["id"], check=False)
         assert refused.returncode == 1 and "not resumed" in refused.stderr, refused.stderr
-        time.sleep(max(0, 30 - (time.monotonic() - started)))
+        time.sleep(max(0, 30 - (time.monotonic() - started)))  # a deliberate duration: stopped 30 s in all
     for _ in range(2):
         again = snakedvc(repo, "resume", run["id"])
         assert "nothing to resume" in again.stdout, again.stdout
 
     ended = wait_until(
         lambda: runs(repo)[run["id"]]["state"] in {"done", "failed", "cancelled", "lost"} and runs(repo)[run["id"]],
+        "the run to end",
         timeout=600,
         poll=2,
-        what="the run to end",
+        explain=lambda: snakedvc(repo, "logs", run["id"]).stdout,
     )
     log = snakedvc(repo, "logs", run["id"]).stdout
     assert ended["state"] == "done", log[-4000:]
     assert "adopted" in log, log[-4000:]  # the fit job's sbatch timed out: the job it made was taken
     jobs = wait_until(
         lambda: (rows := accounted_jobs(workspace)) and all(r["state"] == "COMPLETED" for r in rows) and rows,
+        "accounting of the run's jobs, every one COMPLETED",
         timeout=60,
         poll=1,
-        what="accounting of the run's jobs",
+        explain=lambda: str(accounted_jobs(workspace)),
     )
     rule_jobs = [r for r in jobs if r["name"] != "snakedvc-stalled"]
     assert len(rule_jobs) == 2, jobs  # prepare and fit, once each: no orphan beside a retry
@@ -219,7 +205,7 @@ def test_stopping_a_foreground_run_cancels_its_pending_jobs(slurm_cluster: None,
     proc = subprocess.Popen(
         [*SNAKEMAKE, "--profile", SLURM], cwd=project, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
     )
-    wait_until(lambda: [r for r in queue("%Z", "%T") if r[0] == str(project)], timeout=60, what="a pending job")
+    wait_until(lambda: [r for r in queue("%Z", "%T") if r[0] == str(project)], "a pending job", timeout=60, proc=proc)
     started = time.monotonic()
     proc.send_signal(stop)
     out, _ = proc.communicate(timeout=60)

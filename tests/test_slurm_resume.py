@@ -7,13 +7,14 @@ import re
 import signal
 import subprocess
 import sys
-import time
+from functools import partial
 from pathlib import Path
 
 import pytest
 
 from snakedvc.live import read_progress
 from tests.conftest import slurm_jobs_by_rule, trainers_in
+from tests.waiting import text_of, wait_until
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 
@@ -36,12 +37,9 @@ def start(project: Path, *extra: str) -> subprocess.Popen[str]:
 
 def wait_for_log(project: Path, needle: str, snakemake: subprocess.Popen[str], timeout: float = 300) -> None:
     log = project / "logs/train.log"
-    deadline = time.time() + timeout
-    while time.time() < deadline and snakemake.poll() is None:
-        if log.exists() and needle in log.read_text():
-            return
-        time.sleep(0.2)
-    raise AssertionError(f"{needle!r} never appeared in {log}")
+    wait_until(
+        lambda: needle in text_of(log), f"{needle!r} in {log}", timeout, explain=partial(text_of, log), proc=snakemake
+    )
 
 
 def running_train_job() -> str:
@@ -68,10 +66,7 @@ def test_scancel_then_retry_resumes(slurm_cluster, project: Path) -> None:
     live = project / "results/model/live"
     first = read_progress(live)
     assert first is not None and first.epoch >= 300
-    deadline = time.time() + 60
-    while (read_progress(live) or first).epoch == first.epoch:
-        assert time.time() < deadline, "the running job's epoch did not move"
-        time.sleep(0.1)
+    wait_until(lambda: (read_progress(live) or first).epoch != first.epoch, "the running job's epoch to move", 60, 0.1)
     subprocess.run(["scancel", running_train_job()], check=True)
     output = finish(snakemake)
     assert len(slurm_jobs_by_rule(output)["train"]) == 2

@@ -3,21 +3,17 @@
 from __future__ import annotations
 
 import copy
+import re
 
 import pytest
 import yaml
 
 from snakedvc.config import ConfigError, load_schema, validate_config
-from snakedvc.sweep import (
-    Rung,
-    SweepPlan,
-    build_trials,
-    expand_space,
-    promote,
-    read_trial_metrics,
-    schedule,
-    total_epochs,
-)
+from snakedvc.settings import settings
+from snakedvc.sweep import SweepPlan
+from snakedvc.sweep.plan import PUBLIC, Rung, schedule, total_epochs
+from snakedvc.sweep.promotion import promote, read_trial_metrics
+from snakedvc.sweep.space import build_trials, expand_space, user_config
 from snakedvc.torch.checkpoint import load_state
 from snakedvc.workflow import kit_schema
 from tests.conftest import REPO, SCHEMA
@@ -33,6 +29,10 @@ def sweep_config(**sweep: object) -> dict:
     kit["schema"] = str(SCHEMA)
     kit["sweep"].update(enabled=True, **sweep)
     return {**user, "snakedvc": validate_config(kit, kit_schema())}
+
+
+def trials_of(config: dict) -> list:
+    return build_trials(settings(config).sweep, user_config(config), SCHEMA_DICT)
 
 
 def epochs_by_simulation(n_trials: int, rungs: list[Rung]) -> int:
@@ -95,7 +95,7 @@ def test_grid_is_every_combination_in_order() -> None:
 def test_bad_spaces_name_the_key(space: dict, method: str, message: str) -> None:
     config = sweep_config(space=space, method=method)
     with pytest.raises(ConfigError, match=message):
-        build_trials(config, SCHEMA_DICT)
+        trials_of(config)
 
 
 def test_any_key_of_any_depth_is_searchable_when_the_workflow_allows_it() -> None:
@@ -108,10 +108,10 @@ def test_any_key_of_any_depth_is_searchable_when_the_workflow_allows_it() -> Non
             kit_schema(),
         ),
     }  # fmt: skip
-    plan = SweepPlan.from_config(config)
-    assert [t.config["model"]["net"]["width"] for t in plan.trials] == [8, 16]
-    assert [(r.epochs, r.size) for r in plan.rungs] == [(1, 2), (2, 1), (4, 1)]
-    assert plan.trial_config("t001", 0) == {"model": {"net": {"width": 16}, "epochs": 1}}
+    plan = SweepPlan._from_config(config)
+    assert [t.config["model"]["net"]["width"] for t in plan._trials] == [8, 16]
+    assert [(r.epochs, r.size) for r in plan._rungs] == [(1, 2), (2, 1), (4, 1)]
+    assert plan._trial_config("t001", 0) == {"model": {"net": {"width": 16}, "epochs": 1}}
 
 
 @pytest.mark.parametrize("missing", ["metric", "budget"])
@@ -119,7 +119,7 @@ def test_an_enabled_sweep_needs_its_metric_and_budget(missing: str) -> None:
     config = sweep_config(space={"train.lr": [0.1]})
     config["snakedvc"]["sweep"][missing] = ""
     with pytest.raises(ConfigError, match=f"snakedvc.sweep.{missing}.*required"):
-        SweepPlan.from_config(config)
+        SweepPlan._from_config(config)
 
 
 def test_random_draws_are_seeded_and_in_range() -> None:
@@ -142,7 +142,7 @@ def test_random_draws_are_seeded_and_in_range() -> None:
 def test_invalid_trial_values_are_reported_per_trial_not_for_the_sweep() -> None:
     # The config carries the kit's own section, as in a workflow: trials are checked without it.
     config = sweep_config(space={"train.dropout": [0.1, 1.5], "train.lr": [0.01]})
-    trials = build_trials(config, SCHEMA_DICT)
+    trials = trials_of(config)
     assert [t.id for t in trials] == ["t000", "t001"]
     assert trials[0].valid and trials[0].config["train"]["dropout"] == 0.1
     assert "snakedvc" not in trials[0].config
@@ -153,30 +153,30 @@ def test_invalid_trial_values_are_reported_per_trial_not_for_the_sweep() -> None
 def test_rungs_are_sized_for_the_valid_trials_and_an_all_invalid_sweep_is_refused() -> None:
     config = sweep_config(space={"train.dropout": [0.1, 0.2, 1.5, 2.0]}, min_epochs=1)
     config["train"]["max_epochs"] = 4
-    plan = SweepPlan.from_config(config)
-    assert [t.id for t in plan.valid_trials] == ["t000", "t001"]
-    assert [(r.epochs, r.size) for r in plan.rungs] == [(1, 2), (2, 1), (4, 1)]
+    plan = SweepPlan._from_config(config)
+    assert [t.id for t in plan._valid_trials] == ["t000", "t001"]
+    assert [(r.epochs, r.size) for r in plan._rungs] == [(1, 2), (2, 1), (4, 1)]
     config = sweep_config(space={"train.dropout": [1.5, 2.0]})
     with pytest.raises(ConfigError, match="every trial is invalid.*train.dropout"):
-        SweepPlan.from_config(config)
+        SweepPlan._from_config(config)
 
 
 def test_plan_gives_each_rung_its_epochs_and_a_section_variant_only_where_it_differs() -> None:
     config = sweep_config(space={"featurise.radius": [2, 3], "train.lr": [0.01]}, min_epochs=2)
     config["train"]["max_epochs"] = 8
-    plan = SweepPlan.from_config(config)
-    assert [(r.epochs, r.size) for r in plan.rungs] == [(2, 2), (4, 1), (8, 1)]
+    plan = SweepPlan._from_config(config)
+    assert [(r.epochs, r.size) for r in plan._rungs] == [(2, 2), (4, 1), (8, 1)]
     assert plan.section_variant("t000", "featurise") is None  # radius 2 is the workflow's own featurisation
     key = plan.section_variant("t001", "featurise")
     assert key is not None and plan.variants("featurise")[key]["radius"] == 3
-    assert plan.trial_config("t000", 1)["train"]["max_epochs"] == 4
-    assert plan.trial_config("t000", 1)["train"]["lr"] == 0.01
-    assert plan.keep_after(0) == 1 and plan.keep_after(2) == 1
+    assert plan._trial_config("t000", 1)["train"]["max_epochs"] == 4
+    assert plan._trial_config("t000", 1)["train"]["lr"] == 0.01
+    assert plan._keep_after(0) == 1 and plan._keep_after(2) == 1
 
 
 def test_trial_rule_helpers_give_the_contract_files_and_quoted_arguments() -> None:
     config = sweep_config(space={"train.lr": [0.01, 0.02]}, dir="it's here", min_epochs=2)
-    plan = SweepPlan.from_config(config)
+    plan = SweepPlan._from_config(config)
     outputs = plan.outputs(model="model.pt")
     assert outputs["metrics"] == r"it's here/sweep/trials/{trial,t\d+}/rung{rung,\d+}/metrics.json"
     assert outputs["state"].endswith("/state.pt") and outputs["model"].endswith("/model.pt")
@@ -238,3 +238,10 @@ def test_load_state_names_a_file_that_is_not_a_state(tmp_path) -> None:
     bad.write_bytes(b"not a checkpoint")
     with pytest.raises(ValueError, match="state.pt"):
         load_state(bad)
+
+
+def test_the_plans_public_members_are_exactly_the_documented_ones() -> None:
+    public = {name for name in dir(SweepPlan) if not name.startswith("_")}
+    assert public == set(PUBLIC)
+    documented = set(re.findall(r"``(\w+)", SweepPlan.__doc__ or ""))
+    assert set(PUBLIC) <= documented, set(PUBLIC) - documented

@@ -27,6 +27,7 @@ from tests.conftest import (
     trainers_in,
     venv_env,
 )
+from tests.waiting import text_of, wait_until
 
 SMALL = SMALL_RUN[1:]  # the --config values
 
@@ -248,7 +249,6 @@ def test_eight_concurrent_tracked_jobs_through_slurm(slurm_cluster, tmp_path: Pa
 def test_stopped_training_with_no_retry_left_records_no_model(tmp_path: Path) -> None:
     """Retries exhausted: the run fails naming the rule and the kept checkpoint; DVC records no model."""
     import signal
-    import time
 
     repo = dvc_project(tmp_path / "repo", tmp_path / "remote")
     config = ["data={limit: 200}", "train={max_epochs: 100000, patience: 100000, hidden_sizes: [64]}"]
@@ -260,9 +260,9 @@ def test_stopped_training_with_no_retry_left_records_no_model(tmp_path: Path) ->
         text=True,
     )
     log = repo / "logs/train.log"
-    deadline = time.time() + 300
-    while time.time() < deadline and "epoch 20 " not in (log.read_text() if log.exists() else ""):
-        time.sleep(0.1)
+    wait_until(
+        lambda: "epoch 20 " in text_of(log), "epoch 20 in the log", 300, explain=lambda: text_of(log), proc=snakemake
+    )
     trainer = trainers_in(repo)
     assert trainer, "trainer process not found"
     os.kill(trainer[0], signal.SIGTERM)

@@ -23,7 +23,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from snakedvc.live import EpochLog
-from snakedvc.torch import EXIT_CHECKPOINTED, Resumable, TrainingStopped, add_resume_arguments
+from snakedvc.torch import Resumable, add_resume_arguments
 
 log = logging.getLogger("digits")
 
@@ -150,9 +150,8 @@ def main() -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")  # deterministic matmuls on CUDA
     try:
+        # On SIGTERM: checkpointed and logged, then TrainingStopped, a SystemExit(75); a rerun resumes.
         train(parse_args())
-    except TrainingStopped:  # on SIGTERM: checkpointed (and logged); the same command again resumes
-        return EXIT_CHECKPOINTED
     finally:
         if dist.is_initialized():
             dist.destroy_process_group()

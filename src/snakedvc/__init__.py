@@ -39,6 +39,25 @@ from snakedvc.sweep import plan as sweep_plan
 from snakedvc.tracking import finish_run
 from snakedvc.workflow import configure, flags, module_path, tracked, training_resources
 
+# What a user learns, capability by capability (the README's table lists the same; a test keeps
+# them equal and resolves each): a name and, for an object, the members used. Everything else
+# in __all__ and in snakedvc.torch / snakedvc.live is optional.
+API: dict[str, dict[str, tuple[str, ...]]] = {
+    "a workflow on the kit, every run a DVC experiment": {
+        "configure": (), "module_path": (), "tracked": (), "finish_run": (),
+    },
+    "a step's outputs and log": {"log_to": (), "atomic_path": ()},
+    "an argparse script as a rule": {"flags": ()},
+    "1 GPU, N GPUs, N nodes": {"training_resources": ()},
+    "resume after SIGTERM, time limit, preemption": {
+        "torch.Resumable": ("from_args", "load", "steps", "save", "finish"), "torch.add_resume_arguments": (),
+    },
+    "sweeps": {
+        "sweep_plan": ("outputs", "trial_args", "previous_state", "flags", "log", "benchmark", "targets", "best"),
+    },
+    "per-epoch metrics (dvclive)": {"live.EpochLog": ("epoch", "restore", "rows", "finish")},
+}  # fmt: skip
+
 __version__ = "0.1.0"
 __all__ = [
     "ConfigError",

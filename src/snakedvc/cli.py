@@ -41,47 +41,15 @@ def cmd_launch(args: argparse.Namespace) -> None:
 
 
 def cmd_sweep_promote(args: argparse.Namespace) -> None:
-    from snakedvc.io import atomic_path
-    from snakedvc.sweep import promote, read_trial_metrics
+    from snakedvc.sweep.promotion import decide
 
-    # Each input is <sweep>/trials/<trial>/rung<r>/<metrics file>.
-    results = {Path(m).parent.parent.name: read_trial_metrics(m, args.metric) for m in args.metrics_files}
-    decision = {"rung": args.rung, "metric": args.metric, **promote(results, args.keep, args.direction)}
-    with atomic_path(args.output) as tmp:
-        tmp.write_text(json.dumps(decision, indent=2, sort_keys=True) + "\n")
-    for trial in decision["failed"]:
-        log.warning("rung %d: trial %s failed and is excluded: %s", args.rung, trial, results[trial].get("error"))
-    log.info("rung %d ranking by %s (%s): %s; promoted %s", args.rung, args.metric, args.direction,
-             decision["ranking"], decision["survivors"])  # fmt: skip
+    decide(args.metrics_files, args.rung, args.keep, args.metric, args.direction, args.output)
 
 
 def cmd_sweep_report(args: argparse.Namespace) -> None:
-    import shutil
+    from snakedvc.sweep.report import write
 
-    from snakedvc.io import atomic_path
-    from snakedvc.progressbar import progress
-    from snakedvc.sweep import format_summary, plot_rungs, summarise
-
-    plan = json.loads(args.plan)
-    decisions = [json.loads(Path(d).read_text()) for d in args.decisions]
-    table = summarise(plan, decisions)
-    out = Path(args.output)
-    out.mkdir(parents=True, exist_ok=True)
-    # Each completed trial's folder from the furthest rung it reached, without the state file.
-    rows = progress(table.itertuples(), total=len(table), desc=f"sweep {plan['name']} report", unit="trials")
-    for row in rows:
-        if row.status != "ok":
-            continue
-        source = Path(args.trials) / str(row.trial) / f"rung{int(row.rung)}"
-        shutil.copytree(source, out / "trials" / str(row.trial), ignore=shutil.ignore_patterns(args.leave_out))
-    plot_rungs(plan, decisions, out / "rungs.png")
-    with atomic_path(out / "summary.csv") as tmp:
-        table.to_csv(tmp, index=False, float_format="%.6g")
-    (out / "plan.json").write_text(json.dumps(plan, indent=2, sort_keys=True) + "\n")
-    text = format_summary(table, plan["metric"])
-    (out / "summary.txt").write_text(text + "\n")
-    log.info("sweep %s (%d epochs scheduled):\n%s", plan["name"], plan["total_epochs"], text)
-    print(text)
+    print(write(json.loads(args.plan), args.decisions, Path(args.trials), args.leave_out, Path(args.output)))
 
 
 def cmd_report(args: argparse.Namespace) -> None:

@@ -9,6 +9,7 @@ names the offending key.
 from __future__ import annotations
 
 import copy
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -41,23 +42,44 @@ def _follow_ref(schema: dict[str, Any], root: dict[str, Any]) -> dict[str, Any]:
     return merged
 
 
-def _coerce(value: Any, schema: dict[str, Any]) -> Any:
-    """Turn numeric strings into numbers where the schema wants one.
+def typed(value: Any, wanted: str | None = None) -> Any:
+    """A `--config` value with a real type: the schema's ``wanted`` type where one is known, else
+    the first of int, float, boolean/null that reads it, as Snakemake types top-level values.
 
-    `snakemake --config 'train={lr: 0.01}'` hands nested values over as strings.
+    Snakemake reads nested --config values with YAML's BaseLoader, so `train={epochs: 4}` arrives
+    as the string '4': it would be recorded as a string and change the rule's params.
     """
-    if not isinstance(value, str):
+    if isinstance(value, Mapping):
+        return {key: typed(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [typed(item) for item in value]
+    if not isinstance(value, str) or not value.strip():
         return value
-    wanted = schema.get("type")
+    if wanted is not None:
+        return _as(value, wanted)
+    for parse in (int, float):
+        try:
+            return parse(value)
+        except ValueError:
+            pass
+    try:
+        parsed = yaml.safe_load(value)
+    except yaml.YAMLError:
+        return value
+    # Booleans and null; a string that merely looks like a mapping or list stays a string.
+    return parsed if isinstance(parsed, bool) or parsed is None else value
+
+
+def _as(value: str, wanted: str) -> Any:
     try:
         if wanted == "integer" and value.strip().lstrip("+-").isdigit():
             return int(value)
         if wanted == "number":
             return float(value)
-        if wanted == "boolean" and value.lower() in ("true", "false"):
-            return value.lower() == "true"
     except ValueError:
         pass
+    if wanted == "boolean" and value.lower() in ("true", "false"):
+        return value.lower() == "true"
     return value
 
 
@@ -65,7 +87,7 @@ def _fill_defaults(value: Any, schema: dict[str, Any], root: dict[str, Any]) -> 
     schema = _follow_ref(schema, root)
     if isinstance(value, list) and "items" in schema:
         items = _follow_ref(schema["items"], root)
-        value[:] = [_coerce(item, items) for item in value]
+        value[:] = [_coerced(item, items) for item in value]
         return
     if not isinstance(value, dict):
         return
@@ -74,8 +96,13 @@ def _fill_defaults(value: Any, schema: dict[str, Any], root: dict[str, Any]) -> 
         if key not in value and "default" in sub:
             value[key] = copy.deepcopy(sub["default"])
         if key in value:
-            value[key] = _coerce(value[key], sub)
+            value[key] = _coerced(value[key], sub)
             _fill_defaults(value[key], sub, root)
+
+
+def _coerced(value: Any, schema: dict[str, Any]) -> Any:
+    wanted = schema.get("type")
+    return typed(value, wanted) if isinstance(value, str) and isinstance(wanted, str) else value
 
 
 def _key_of(error: jsonschema.ValidationError) -> str:
@@ -93,7 +120,7 @@ def _message(error: jsonschema.ValidationError) -> str:
     return f"config key '{key}': {error.message}"
 
 
-def validate_config(config: dict[str, Any], schema: dict[str, Any]) -> dict[str, Any]:
+def validate_config(config: Any, schema: dict[str, Any]) -> dict[str, Any]:
     """Return a copy of ``config`` with defaults filled in, or raise ConfigError."""
     filled = copy.deepcopy(config) if config is not None else {}
     if not isinstance(filled, dict):

@@ -58,6 +58,8 @@ class Controller:
         self.snakemake: subprocess.Popen[bytes] | None = None
         self.lost = False  # SIGTERM that was not a cancel: a successor takes over
         self.jobid = slurm.job_id() or ""
+        # Read once, here: the SIGTERM handler starts the successor with it.
+        self.job = controller_settings(profile_dir(self.run.workspace, self.run.profile)) if self.run.slurm else None
 
     def main(self) -> int:
         run = self.run
@@ -183,13 +185,13 @@ class Controller:
         if self.lost:
             return
         self.lost = True
-        retries = controller_settings(profile_dir(run.workspace, run.profile))["retries"]
+        retries = self.job.retries if self.job else 0
         if run.attempt > retries:
             say(f"controller lost (signal {signum}); no retries left ({retries}): `snakedvc resume {run.id}` continues")
             run.update(state="failed", ended=time.time())
             return
         try:
-            successor = start_controller(run)
+            successor = start_controller(run, self.job)
         except RunError as e:
             say(f"controller lost (signal {signum}) and its successor could not start: {e}")
             run.update(state="failed", ended=time.time())

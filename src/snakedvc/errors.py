@@ -11,12 +11,17 @@ from typing import Any
 EXIT_CHECKPOINTED = 75
 
 
-class TrainingStopped(RuntimeError):
-    """Training checkpointed and stopped on request (SIGTERM); a rerun resumes."""
+class TrainingStopped(SystemExit):
+    """Training checkpointed and stopped on request (SIGTERM); a rerun resumes.
+
+    A SystemExit with code EXIT_CHECKPOINTED: left uncaught, the script exits 75 with nothing
+    to write (an ``except Exception`` does not swallow it either). Catch it to say more.
+    """
 
     def __init__(self, checkpoint: Path | None, epoch: int, step: int, signame: str = "request") -> None:
         where = f"checkpoint kept: {checkpoint}" if checkpoint else "no checkpoint store"
         super().__init__(f"stopped on {signame} at epoch {epoch} step {step}; {where}; a rerun resumes from it")
+        self.code = EXIT_CHECKPOINTED
         self.checkpoint = checkpoint
 
 

@@ -46,6 +46,8 @@ class EpochLog:
     ``restore`` after a resume, so the folder holds every epoch once, as a straight run's does.
     """
 
+    rows: list[Row]
+
     def __init__(
         self, directory: str | os.PathLike[str], *, main: bool = True, params: Mapping[str, Any] | None = None
     ):

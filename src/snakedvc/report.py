@@ -392,33 +392,6 @@ def layered_svg(labels: dict[int, str], edges: Sequence[tuple[int, int]]) -> str
     return "\n".join(parts)
 
 
-def sweep_section(report_dir: Path) -> str:
-    """Rungs, every trial's curves (the winner bold), the summary table with the winner marked."""
-    import pandas as pd
-
-    summary = pd.read_csv(report_dir / "summary.csv")
-    plan = json.loads((report_dir / "plan.json").read_text())
-    best = summary.loc[summary["best"].astype(bool), "trial"].astype(str).tolist()
-    winner = best[0] if best else ""
-    series = {}
-    for folder in sorted((report_dir / "trials").glob("*/live")):
-        series[folder.parent.name] = read_curves(folder)
-    parts = [f'<h2 id="sweep">Sweep {html.escape(str(plan.get("name", "")))}</h2>']
-    parts.append(
-        f'<p>Winner: <strong data-sweep-winner="{html.escape(winner)}">{html.escape(winner) or "none"}</strong>; '
-        f"{len(summary)} trials, metric {html.escape(str(plan.get('metric', '')))} "
-        f"({html.escape(str(plan.get('direction', '')))}), {plan.get('total_epochs', '?')} epochs scheduled.</p>"
-    )
-    parts.append(_table(summary.to_dict("records"), highlight=("trial", winner)))
-    rungs = report_dir / "rungs.png"
-    if rungs.is_file():
-        parts.append(_figure(rungs.read_bytes(), "image/png", "Rungs: each trial's metric per rung"))
-    if series:
-        png = curves_png(series, "Every trial's curves (winner bold)", highlight=winner)
-        parts.append(_figure(png, "image/png", "Every trial's curves"))
-    return "\n".join(parts)
-
-
 def collect(root: Path, title: str, snakemake_args: Sequence[str] = (), sweep_dir: Path | None = None) -> Report:
     entries = dvc_yaml_entries(root)
     report = Report(title=title)
@@ -456,7 +429,9 @@ def collect(root: Path, title: str, snakemake_args: Sequence[str] = (), sweep_di
     report.dag_svg, report.dag_note = job_dag_svg(root, snakemake_args)
     report.jobs, report.jobs_source = job_resources(root)
     if sweep_dir and (sweep_dir / "summary.csv").is_file():
-        report.sweep = sweep_section(sweep_dir)
+        from snakedvc.sweep.report import html_section
+
+        report.sweep = html_section(sweep_dir)
         # The winner's final evaluation (the sweep module's `final` folder): its metrics and plots.
         final = sweep_dir.parent / "final"
         for path in sorted(final.glob("*")) if final.is_dir() else []:

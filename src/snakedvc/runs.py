@@ -41,11 +41,13 @@ from typing import Any
 
 import yaml
 
-from snakedvc import slurm
+from snakedvc import settings, slurm
+from snakedvc.config import ConfigError
 from snakedvc.io import atomic_path
 from snakedvc.live import METRICS_FILE, Progress, find_logs, read_progress
 from snakedvc.names import validate_experiment_name
 from snakedvc.records import ignore_kit_folder, read_record, snakemake_outputs
+from snakedvc.settings import ControllerSettings
 from snakedvc.slurm import SlurmUnavailable, SubmissionFailed, submit_once
 
 RUNS_DIR = Path(".snakedvc") / "runs"
@@ -57,17 +59,6 @@ CANCEL_MARKER = "cancel-requested"
 SLURM_EXECUTORS = frozenset({"slurm", "snakedvc-slurm"})
 # The profile file that says how the controller job is submitted (cluster details stay in profiles).
 CONTROLLER_SETTINGS = "controller.yaml"
-CONTROLLER_DEFAULTS: dict[str, Any] = {
-    "partition": None,
-    "account": None,
-    "runtime": 7 * 24 * 60,  # minutes: a controller outlives the longest training it watches
-    "mem_mb": 1000,
-    "cpus": 1,
-    # Controller jobs started after the first one is lost (scancel, time limit, preemption).
-    "retries": 3,
-    # More sbatch arguments, a list (e.g. ["--qos=long"]).
-    "sbatch_extra": [],
-}
 ACTIVE_STATES = frozenset({"queued", "running"})
 FINISHED_STATES = frozenset({"done", "failed", "cancelled"})
 _RUN_ID = re.compile(r"^[0-9]{8}-[0-9]{6}-[0-9a-f]{4}$")
@@ -370,32 +361,16 @@ def profile_dir(root: Path, profile: str) -> Path:
 
 def profile_is_slurm(folder: Path) -> bool:
     name = "config.yaml" if (folder / "config.yaml").is_file() else "profile.yaml"
-    settings = yaml.safe_load((folder / name).read_text()) or {}
-    return str(settings.get("executor", "")) in SLURM_EXECUTORS
+    profile = yaml.safe_load((folder / name).read_text()) or {}
+    return str(profile.get("executor", "")) in SLURM_EXECUTORS
 
 
-def controller_settings(folder: Path) -> dict[str, Any]:
-    """The profile's controller.yaml over the defaults; unknown keys and bad values are errors."""
-    path = folder / CONTROLLER_SETTINGS
-    given = yaml.safe_load(path.read_text()) if path.is_file() else {}
-    given = given or {}
-    if not isinstance(given, dict):
-        raise RunError(f"{path}: expected a mapping of settings")
-    unknown = sorted(set(given) - set(CONTROLLER_DEFAULTS))
-    if unknown:
-        raise RunError(f"{path}: unknown setting(s) {', '.join(unknown)}; known: {', '.join(CONTROLLER_DEFAULTS)}")
-    settings = {**CONTROLLER_DEFAULTS, **given}
-    for key in ("runtime", "mem_mb", "cpus"):
-        if isinstance(settings[key], bool) or not isinstance(settings[key], int) or settings[key] < 1:
-            raise RunError(f"{path}: {key} must be a whole number >= 1, got {settings[key]!r}")
-    if isinstance(settings["retries"], bool) or not isinstance(settings["retries"], int) or settings["retries"] < 0:
-        raise RunError(f"{path}: retries must be a whole number >= 0, got {settings['retries']!r}")
-    for key in ("partition", "account"):
-        if settings[key] is not None and not isinstance(settings[key], str):
-            raise RunError(f"{path}: {key} must be a name or null, got {settings[key]!r}")
-    if not isinstance(settings["sbatch_extra"], list) or not all(isinstance(a, str) for a in settings["sbatch_extra"]):
-        raise RunError(f"{path}: sbatch_extra must be a list of strings")
-    return settings
+def controller_settings(folder: Path) -> ControllerSettings:
+    """The profile's controller.yaml, validated against its schema (defaults filled), frozen."""
+    try:
+        return settings.controller_settings(folder)
+    except ConfigError as error:
+        raise RunError(str(error)) from None
 
 
 # --- starting a controller --------------------------------------------------------------------
@@ -414,32 +389,35 @@ def controller_job_comment(run: Run) -> str:
     return f"snakedvc-run-{run.id}-attempt-{run.attempt}"
 
 
-def sbatch_command(run: Run, settings: dict[str, Any], script: Path) -> list[str]:
+def sbatch_command(run: Run, job: ControllerSettings, script: Path) -> list[str]:
     """The controller job's sbatch call (an argument list)."""
     command = [f"--job-name={controller_job_name(run)}", f"--output={run.log}"]
     command += ["--open-mode=append", f"--comment={controller_job_comment(run)}"]
-    command += [f"--chdir={run.workspace}", f"--cpus-per-task={settings['cpus']}", f"--mem={settings['mem_mb']}"]
-    command += [f"--time={settings['runtime']}"]
-    if settings["partition"]:
-        command.append(f"--partition={settings['partition']}")
-    if settings["account"]:
-        command.append(f"--account={settings['account']}")
-    return slurm.batch_command([*command, *settings["sbatch_extra"]], str(script))
+    command += [f"--chdir={run.workspace}", f"--cpus-per-task={job.cpus}", f"--mem={job.mem_mb}"]
+    command += [f"--time={job.runtime}"]
+    if job.partition:
+        command.append(f"--partition={job.partition}")
+    if job.account:
+        command.append(f"--account={job.account}")
+    return slurm.batch_command([*command, *job.sbatch_extra], str(script))
 
 
-def start_controller(run: Run) -> Run:
-    """Start the run's next controller: a SLURM job, or a process in its own session."""
+def start_controller(run: Run, job: ControllerSettings | None = None) -> Run:
+    """Start the run's next controller: a SLURM job (``job``: its profile's controller.yaml, read
+    here when not given), or a process in its own session."""
     before = {"attempt": run.attempt, "state": run.state}
+    if run.slurm and job is None:
+        job = controller_settings(profile_dir(run.workspace, run.profile))
     run = run.update(attempt=run.attempt + 1, state="queued")
     if run.slurm:
-        settings = controller_settings(profile_dir(run.workspace, run.profile))
+        assert job is not None
         script = run.dir / "controller.sh"
         # The only shell involved: a fixed line whose values are quoted.
         script.write_text("#!/bin/sh\nexec " + " ".join(map(_quote, controller_command(run))) + "\n")
         script.chmod(0o755)
         try:
             jobid = submit_once(
-                sbatch_command(run, settings, script),
+                sbatch_command(run, job, script),
                 controller_job_name(run),
                 controller_job_comment(run),
                 known=run.controller_jobs,
@@ -498,10 +476,9 @@ def submit(
         raise RunError(f"run name {name!r} is in use by active run {taken[0]}: choose another --name")
     folder = profile_dir(root, profile)
     on_slurm = profile_is_slurm(folder)
-    if on_slurm:
-        controller_settings(folder)  # bad settings fail here, before anything is made
-        if not slurm.installed():
-            raise RunError(f"profile {profile} submits to SLURM, but sbatch or squeue is not on PATH")
+    job = controller_settings(folder) if on_slurm else None  # bad settings fail here, before anything is made
+    if on_slurm and not slurm.installed():
+        raise RunError(f"profile {profile} submits to SLURM, but sbatch or squeue is not on PATH")
     check_workflow_loads(root, profile, snakemake_args)
     outputs = earlier_outputs(root)
     commit, tree = freeze(root, f"snakedvc run {run_id} ({name}): the code as submitted", outputs)
@@ -525,7 +502,7 @@ def submit(
         if paths:
             run.environment = {"PYTHONPATH": os.pathsep.join(paths)}
         run.save()
-        return start_controller(run)
+        return start_controller(run, job)
     except BaseException:
         remove_workspace(run)
         shutil.rmtree(run.dir, ignore_errors=True)

@@ -11,8 +11,8 @@ reaches a shell.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import fcntl
-import json
 import logging
 import os
 import re
@@ -20,7 +20,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +30,8 @@ from snakedvc.config import KEY
 from snakedvc.io import atomic_path
 from snakedvc.names import validate_experiment_name
 from snakedvc.records import dag_outputs, record_paths, within, write_record
+from snakedvc.settings import Experiment
+from snakedvc.settings import settings as kit_settings
 from snakedvc.workflow import typed_overrides
 
 log = logging.getLogger(__name__)
@@ -110,12 +112,11 @@ def track(paths: Sequence[str | Path], root: Path | str = ".") -> None:
         run_dvc(["add", *map(str, paths)], root)
 
 
-def experiment_settings(config: dict[str, Any]) -> dict[str, Any]:
-    settings: dict[str, Any] = (config.get(KEY) or {}).get("experiment") or {}
-    found = {"name": "", "params": "results/params.yaml", "metrics": [], "files": [], "push": False, **settings}
+def experiment_settings(config: Mapping[str, Any]) -> Experiment:
+    found = kit_settings(config).experiment
     # A submitted run (snakedvc submit) names its experiment after the run.
     if os.environ.get(EXPERIMENT_NAME_ENV):
-        found["name"] = os.environ[EXPERIMENT_NAME_ENV]
+        found = dataclasses.replace(found, name=os.environ[EXPERIMENT_NAME_ENV])
     return found
 
 
@@ -164,9 +165,9 @@ def experiment_files(config: dict[str, Any], own: Sequence[str], root: Path | st
     that the run did not produce, missing or left by another run, is an error, not a silent save.
     """
     settings = experiment_settings(config)
-    wanted = [*settings["metrics"], *settings["files"]]
-    missing = [name for name in settings["metrics"] if not (Path(root) / name).is_file()]
-    missing += [name for name in settings["files"] if not (Path(root) / name).exists()]
+    wanted = [*settings.metrics, *settings.files]
+    missing = [name for name in settings.metrics if not (Path(root) / name).is_file()]
+    missing += [name for name in settings.files if not (Path(root) / name).exists()]
     if missing:
         raise TrackingError(
             f"experiment not saved: the run did not produce {', '.join(missing)} "
@@ -187,7 +188,7 @@ def experiment_files(config: dict[str, Any], own: Sequence[str], root: Path | st
             and any(within(str(Path(path).parent / n), own) for n in _ignored(root, path))
         )
     ]
-    return sorted({*dvc_files, settings["params"], *wanted})
+    return sorted({*dvc_files, settings.params, *wanted})
 
 
 def _ignored(root: Path | str, gitignore: str) -> list[str]:
@@ -211,10 +212,10 @@ def save_experiment(
     plots path of dvc.yaml outside ``own`` and ``files`` is left out, wherever it came from.
     """
     settings = experiment_settings(config)
-    name = name or settings["name"]
+    name = name or settings.name
     if name:
         validate_experiment_name(name)
-    write_effective_params(config, settings["params"], root)
+    write_effective_params(config, settings.params, root)
     included = experiment_files(config, own, root) if files is None else list(files)
     args = ["exp", "save", "--force"] if name else ["exp", "save"]
     if name:
@@ -223,13 +224,13 @@ def save_experiment(
         args += ["--message", message]
     for path in included:
         args += ["--include-untracked", path]
-    keep = [*own, *included, settings["params"]]
+    keep = [*own, *included, settings.params]
     with repo_lock(root):
         out = run_dvc(args, root)
         match = re.search(r"saved as:\s*(\S+)", out)
         saved = match.group(1) if match else name
         trim_experiment(saved, keep, record_paths(root), root)
-        if settings["push"]:
+        if settings.push:
             push(saved, root)
     log.info("experiment saved: %s", saved)
     if os.environ.get(EXPERIMENTS_FILE_ENV):  # a submitted run's controller lists what was saved
@@ -350,82 +351,23 @@ def finish_run(config: dict[str, Any], workflow: Any = None, root: Path | str = 
     if os.environ.get(SKIP_SAVE_ENV) == "1":
         return []
     own = dag_outputs(workflow)
-    sweep = ((config.get(KEY) or {}).get("sweep") or {}).get("enabled")
+    sweep = kit_settings(config).sweep.enabled
     record: dict[str, Any] = {"outcome": "done", "outputs": own, "sweep": None, "overrides": typed_overrides(workflow)}
     if sweep:
         from snakedvc.sweep import plan as sweep_plan
 
         record["sweep"] = str(sweep_plan(config).report)
-    if not (config.get(KEY) or {}).get("tracking", True):
+    if not kit_settings(config).tracking:
         saved: list[str] = []
     elif not is_dvc_repo(root):
         log.info("not a DVC repository (no .dvc/): run not recorded")
         saved = []
     else:
-        saved = finish_sweep(config, root) if sweep else [save_experiment(config, own, root=root)]
-    params = experiment_settings(config)["params"]
+        from snakedvc.sweep.save import save_trials
+
+        saved = save_trials(config, root) if sweep else [save_experiment(config, own, root=root)]
+    params = experiment_settings(config).params
     if not sweep:
         write_effective_params(config, params, root)
     write_record(root, {**record, "experiments": saved, "params": params})
-    return saved
-
-
-def finish_sweep(config: dict[str, Any], root: Path | str = ".") -> list[str]:
-    """Save every completed trial of a sweep as its own DVC experiment, `<sweep>-<trial>`.
-
-    Each holds the trial's effective params (its config at the last rung it reached), its
-    results in ``snakedvc.sweep.trial_metrics`` (the metric, rung, epochs, whether it won, and
-    ``final_metrics`` for the winner) and the sweep report through its .dvc file. Nothing is
-    saved before the report exists (a run that asked for other targets). The winner is saved
-    last, so the workspace's params are the winner's afterwards.
-    """
-    import pandas as pd
-
-    from snakedvc.sweep import plan as sweep_plan
-
-    sweep = sweep_plan(config)
-    settings = sweep.settings
-    base = Path(root)
-    report = Path(sweep.report)
-    if not (base / report / "summary.csv").is_file():
-        log.info("sweep %s: no report yet (%s), no experiments saved", sweep.name, report)
-        return []
-    params_file = experiment_settings(config)["params"]
-    table = pd.read_csv(base / report / "summary.csv")
-    done = table[table["status"] == "ok"].sort_values("best", kind="stable")
-    final: dict[str, Any] = {}
-    if settings["final_metrics"]:
-        final_path = base / sweep.root / settings["final_metrics"]
-        if not final_path.is_file():
-            raise TrackingError(
-                f"sweep {sweep.name}: snakedvc.sweep.final_metrics names {settings['final_metrics']}, "
-                "which the run did not produce"
-            )
-        final = json.loads(final_path.read_text())
-    extra = [f"{report}.dvc", str(report.parent / ".gitignore")]
-    trial_metrics = base / settings["trial_metrics"]
-    saved = []
-    for row in done.to_dict("records"):  # records: a metric's name need not be an identifier
-        trial, rung = str(row["trial"]), int(row["rung"])
-        results: dict[str, Any] = {settings["metric"]: float(row[settings["metric"]]), "rung": rung,
-                                   "epochs": int(row["epochs"]), "best": int(bool(row["best"]))}  # fmt: skip
-        if row["best"] and final:
-            results["final"] = final
-        with atomic_path(trial_metrics) as tmp:
-            tmp.write_text(json.dumps(results, indent=2, sort_keys=True) + "\n")
-        params = {**sweep.trial_config(trial, rung), KEY: config.get(KEY) or {}}
-        files = [params_file, settings["trial_metrics"], *(f for f in extra if (base / f).is_file())]
-        overrides = sweep.trial(trial).overrides
-        saved.append(
-            save_experiment(
-                params,
-                files,
-                name=f"{sweep.name}-{trial}",
-                message=f"sweep {sweep.name} trial {trial}: {overrides}",
-                root=root,
-                files=files,
-            )
-        )
-    trial_metrics.unlink(missing_ok=True)
-    log.info("sweep %s: %d trial experiments saved", sweep.name, len(saved))
     return saved

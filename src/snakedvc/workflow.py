@@ -17,11 +17,11 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-from snakedvc.config import KEY, ConfigError, load_schema, validate_config
+from snakedvc import settings
+from snakedvc.config import KEY, ConfigError, load_schema, typed, validate_config
 from snakedvc.env import use_this_interpreter
 from snakedvc.names import validate_experiment_name
+from snakedvc.settings import Settings
 
 MODULES = ("kit", "tracking", "sweep")
 
@@ -34,38 +34,13 @@ def module_path(name: str) -> str:
 
 
 def kit_schema() -> dict[str, Any]:
-    return load_schema(str(resources.files("snakedvc") / "schemas" / "snakedvc.schema.yaml"))
-
-
-def _typed(value: Any) -> Any:
-    """A `--config` value typed the way Snakemake types top-level ones (int, float, then YAML).
-
-    Snakemake reads nested --config values with YAML's BaseLoader, so `train={epochs: 4}`
-    arrives as the string '4': it would be recorded as a string and change the rule's params.
-    """
-    if isinstance(value, Mapping):
-        return {key: _typed(item) for key, item in value.items()}
-    if isinstance(value, list):
-        return [_typed(item) for item in value]
-    if not isinstance(value, str) or not value.strip():
-        return value
-    for parse in (int, float):
-        try:
-            return parse(value)
-        except ValueError:
-            pass
-    try:
-        parsed = yaml.safe_load(value)
-    except yaml.YAMLError:
-        return value
-    # Booleans and null; a string that merely looks like a mapping or list stays a string.
-    return parsed if isinstance(parsed, bool) or parsed is None else value
+    return settings.schema("snakedvc")
 
 
 def typed_overrides(workflow: Any) -> dict[str, Any]:
     """The run's ``--config`` values (Snakemake's ``workflow.config_settings.overwrite_config``), typed."""
     overrides = getattr(getattr(workflow, "config_settings", None), "overwrite_config", None)
-    return _typed(dict(overrides)) if overrides else {}
+    return typed(dict(overrides)) if overrides else {}
 
 
 def _merge(target: dict[str, Any], overrides: Mapping[str, Any]) -> None:
@@ -76,8 +51,8 @@ def _merge(target: dict[str, Any], overrides: Mapping[str, Any]) -> None:
             target[key] = copy.deepcopy(value)
 
 
-def configure(config: dict[str, Any], workflow: Any = None) -> dict[str, Any]:
-    """Validate the config in place, at parse time, before any job runs.
+def configure(config: dict[str, Any], workflow: Any = None) -> Settings:
+    """Validate the config in place, at parse time, before any job runs; return the kit's settings.
 
     - `--config` values get real types (``workflow`` gives them; Snakemake's own
       ``workflow.config_settings.overwrite_config``);
@@ -90,22 +65,23 @@ def configure(config: dict[str, Any], workflow: Any = None) -> dict[str, Any]:
     if overrides:
         _merge(config, overrides)
     try:
-        kit = validate_config(config.get(KEY) or {}, kit_schema())
+        values = validate_config(config.get(KEY) or {}, kit_schema())
+        kit: Settings = settings.build(Settings, values)
         # Names that become git refs: checked now with the rules the end of the run applies.
-        if kit["experiment"]["name"]:
-            validate_experiment_name(kit["experiment"]["name"], "experiment.name")
-        if kit["sweep"].get("enabled"):
-            validate_experiment_name(f"{kit['sweep']['name']}-t000", "sweep.name (its trials' experiments)")
+        if kit.experiment.name:
+            validate_experiment_name(kit.experiment.name, "experiment.name")
+        if kit.sweep.enabled:
+            validate_experiment_name(f"{kit.sweep.name}-t000", "sweep.name (its trials' experiments)")
     except (ConfigError, ValueError) as error:
         raise ConfigError(f"{KEY}: {error}") from None
     user = {key: value for key, value in config.items() if key != KEY}
-    if kit["schema"]:
-        user = validate_config(user, load_schema(kit["schema"]))
+    if kit.schema:
+        user = validate_config(user, load_schema(kit.schema))
     config.clear()
     config.update(user)
-    config[KEY] = kit
+    config[KEY] = values  # plain data (Snakemake copies the config); read it through settings(config)
     use_this_interpreter()
-    return config
+    return kit
 
 
 def _paths(outputs: Iterable[Any]) -> list[str]:
@@ -119,8 +95,7 @@ def _paths(outputs: Iterable[Any]) -> list[str]:
 
 
 def tracking_enabled(config: Mapping[str, Any], root: str | Path = ".") -> bool:
-    settings = config.get(KEY) or {}
-    return bool(settings.get("tracking", True)) and (Path(root) / ".dvc").is_dir()
+    return settings.settings(config).tracking and (Path(root) / ".dvc").is_dir()
 
 
 def tracked(config: Mapping[str, Any], *outputs: Any) -> list[str]:

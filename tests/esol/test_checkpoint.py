@@ -10,7 +10,6 @@ import re
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -23,8 +22,12 @@ from esol.train import train_model
 from snakedvc.torch import EXIT_CHECKPOINTED, Resumable, TrainingStopped
 from snakedvc.torch.checkpoint import StopRequest, load_state, run_key
 from tests.conftest import REPO, folder_files, venv_env
+from tests.esol.configs import config_of, defaults
+from tests.waiting import text_of, wait_until
 
-CFG = TrainConfig(hidden_sizes=(64, 16), max_epochs=6, patience=100, batch_size=32, seed=3, checkpoint_every=1)
+CFG = config_of(
+    TrainConfig, hidden_sizes=(64, 16), max_epochs=6, patience=100, batch_size=32, seed=3, checkpoint_every=1
+)
 STEPS_PER_EPOCH = 8  # 240 training molecules / batch 32, rounded up
 
 
@@ -44,8 +47,10 @@ class StopAfter:
 @pytest.fixture(scope="module")
 def data() -> dict[str, FeatureSet]:
     table = read_molecules(REPO / "data/raw/esol.csv", "smiles", "measured log solubility in mols per litre", 300)
-    cfg = FeaturiseConfig(n_bits=256)
-    return {name: featurise_table(part, cfg)[0] for name, part in split_molecules(table, SplitConfig()).items()}
+    cfg = config_of(FeaturiseConfig, n_bits=256)
+    return {
+        name: featurise_table(part, cfg)[0] for name, part in split_molecules(table, config_of(SplitConfig)).items()
+    }
 
 
 def resumable(root: Path, stop: StopAfter | None = None, params: dict | None = None, **kwargs) -> Resumable:
@@ -164,20 +169,19 @@ def save_split(data: dict[str, FeatureSet], root: Path) -> dict[str, Path]:
     paths = {}
     for name in ("train", "valid"):
         paths[name] = root / f"{name}.npz"
-        save_features(data[name], paths[name], FeaturiseConfig(n_bits=256))
+        save_features(data[name], paths[name], config_of(FeaturiseConfig, n_bits=256))
     return paths
 
 
 def wait_for(log: Path, text: str, proc: subprocess.Popen[bytes], timeout: float = 300) -> None:
-    deadline = time.time() + timeout
-    while time.time() < deadline and proc.poll() is None and text not in (log.read_text() if log.exists() else ""):
-        time.sleep(0.05)
+    wait_until(lambda: text in text_of(log), f"{text!r} in {log}", timeout, 0.05, lambda: text_of(log), proc)
 
 
 def test_cli_exits_75_on_sigterm_and_its_rerun_resumes(data, tmp_path: Path) -> None:
     """One process, a real SIGTERM: the train step checkpoints and exits EXIT_CHECKPOINTED; a rerun finishes."""
     paths = save_split(data, tmp_path)
-    params = {"hidden_sizes": [64, 16], "max_epochs": 500, "patience": 1000, "batch_size": 32, "seed": 3}
+    params = {**defaults()["train"], "hidden_sizes": [64, 16], "max_epochs": 500, "patience": 1000, "batch_size": 32}
+    params["seed"] = 3
     log, out = tmp_path / "train.log", tmp_path / "out"
     command = [
         sys.executable, "-m", "esol", "train", "--log", str(log), "--params", json.dumps(params),
@@ -205,7 +209,8 @@ def test_cli_exits_75_on_sigterm_and_its_rerun_resumes(data, tmp_path: Path) -> 
 def test_sigterm_to_two_torchrun_processes_then_resume(data, tmp_path: Path) -> None:
     """Real signals: SIGTERM to torchrun mid-run; both ranks stop at one step; the rerun resumes exactly."""
     paths = save_split(data, tmp_path)
-    params = {"hidden_sizes": [64, 16], "max_epochs": 40, "patience": 100, "batch_size": 32, "seed": 3}
+    params = {**defaults()["train"], "hidden_sizes": [64, 16], "max_epochs": 40, "patience": 100, "batch_size": 32}
+    params["seed"] = 3
     env = venv_env()
 
     def command(out: Path) -> list[str]:

@@ -9,6 +9,7 @@ import pytest
 from esol.config import SplitConfig
 from esol.data import DataError, read_molecules, scaffold_key, split_molecules
 from tests.conftest import REPO
+from tests.esol.configs import config_of
 
 ESOL = REPO / "data" / "raw" / "esol.csv"
 SMILES = "smiles"
@@ -59,7 +60,7 @@ def test_non_numeric_target_is_reported(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("method", ["random", "scaffold"])
 def test_split_is_deterministic_and_disjoint(esol: pd.DataFrame, method: str) -> None:
-    cfg = SplitConfig(method=method, fractions=(0.8, 0.1, 0.1), seed=3)
+    cfg = config_of(SplitConfig, method=method, fractions=(0.8, 0.1, 0.1), seed=3)
     first = split_molecules(esol, cfg)
     second = split_molecules(esol, cfg)
     for name in first:
@@ -72,13 +73,13 @@ def test_split_is_deterministic_and_disjoint(esol: pd.DataFrame, method: str) ->
 
 
 def test_random_split_depends_on_seed(esol: pd.DataFrame) -> None:
-    a = split_molecules(esol, SplitConfig(seed=0))["test"]["row"].tolist()
-    b = split_molecules(esol, SplitConfig(seed=1))["test"]["row"].tolist()
+    a = split_molecules(esol, config_of(SplitConfig, seed=0))["test"]["row"].tolist()
+    b = split_molecules(esol, config_of(SplitConfig, seed=1))["test"]["row"].tolist()
     assert a != b
 
 
 def test_scaffold_split_keeps_each_scaffold_in_one_split(esol: pd.DataFrame) -> None:
-    parts = split_molecules(esol, SplitConfig(method="scaffold", seed=0))
+    parts = split_molecules(esol, config_of(SplitConfig, method="scaffold", seed=0))
     owner: dict[str, str] = {}
     for name, part in parts.items():
         for smi in part["smiles"]:
@@ -96,7 +97,7 @@ def test_scaffold_of_benzene_derivatives_is_benzene() -> None:
 def test_split_file_round_trip(tmp_path: Path, esol: pd.DataFrame) -> None:
     from esol.data import read_split, write_split
 
-    part = split_molecules(esol, SplitConfig())["valid"]
+    part = split_molecules(esol, config_of(SplitConfig))["valid"]
     write_split(part, tmp_path / "valid.csv")
     back = read_split(tmp_path / "valid.csv")
     assert back["row"].tolist() == part["row"].tolist()

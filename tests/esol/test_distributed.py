@@ -18,19 +18,27 @@ from esol.data import read_molecules, split_molecules
 from esol.features import featurise_table, save_features
 from snakedvc.torch.distributed import detect
 from tests.conftest import REPO, venv_env
+from tests.esol.configs import config_of, defaults
 
 # Few epochs: float32 summation order differs between one GEMM over the global batch and
 # two half-batch GEMMs plus an all-reduce (~1e-7 per step), and Adam carries it forward.
-CONFIG = {"hidden_sizes": [64, 16], "max_epochs": 3, "patience": 100, "batch_size": 50, "seed": 5}
+CONFIG = {
+    **defaults()["train"],
+    "hidden_sizes": [64, 16],
+    "max_epochs": 3,
+    "patience": 100,
+    "batch_size": 50,
+    "seed": 5,
+}
 
 
 @pytest.fixture(scope="module")
 def features(tmp_path_factory) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("features")
     table = read_molecules(REPO / "data/raw/esol.csv", "smiles", "measured log solubility in mols per litre", 333)
-    cfg = FeaturiseConfig(n_bits=512)
+    cfg = config_of(FeaturiseConfig, n_bits=512)
     paths = {}
-    for name, part in split_molecules(table, SplitConfig(seed=0)).items():
+    for name, part in split_molecules(table, config_of(SplitConfig, seed=0)).items():
         paths[name] = root / f"{name}.npz"
         save_features(featurise_table(part, cfg)[0], paths[name], cfg)
     return paths

@@ -18,6 +18,7 @@ from esol.features import (
     load_features,
     save_features,
 )
+from tests.esol.configs import config_of, defaults
 
 # Aromatic, charged, stereo, isotopes, salts, macrocycles, a lone atom.
 MOLECULES = [
@@ -51,14 +52,14 @@ def table(smiles: list[str]) -> pd.DataFrame:
 
 @pytest.mark.parametrize(("radius", "n_bits"), [(2, 2048), (3, 1024)])
 def test_molflux_morgan_bits_equal_rdkit_morgan_generator(radius: int, n_bits: int) -> None:
-    features, rejects = featurise_table(table(MOLECULES), FeaturiseConfig(radius=radius, n_bits=n_bits))
+    features, rejects = featurise_table(table(MOLECULES), config_of(FeaturiseConfig, radius=radius, n_bits=n_bits))
     assert rejects.empty
     np.testing.assert_array_equal(features.X, rdkit_bits(MOLECULES, radius, n_bits))
 
 
 def test_radius_is_passed_to_molflux() -> None:
-    r1, _ = featurise_table(table(MOLECULES), FeaturiseConfig(radius=1))
-    r2, _ = featurise_table(table(MOLECULES), FeaturiseConfig(radius=2))
+    r1, _ = featurise_table(table(MOLECULES), config_of(FeaturiseConfig, radius=1))
+    r2, _ = featurise_table(table(MOLECULES), config_of(FeaturiseConfig, radius=2))
     assert r1.X.sum() < r2.X.sum()
 
 
@@ -79,7 +80,7 @@ def test_check_smiles_reasons(smiles: str, reason: str) -> None:
 
 def test_invalid_smiles_go_to_rejects_with_row_and_reason() -> None:
     smiles = ["CCO", "C1CC", "c1ccccc1", "XYZ", "CCN"]
-    features, rejects = featurise_table(table(smiles), FeaturiseConfig())
+    features, rejects = featurise_table(table(smiles), config_of(FeaturiseConfig))
     assert features.rows.tolist() == [0, 2, 4]
     assert rejects["row"].tolist() == [1, 3]
     assert rejects["smiles"].tolist() == ["C1CC", "XYZ"]
@@ -89,14 +90,14 @@ def test_invalid_smiles_go_to_rejects_with_row_and_reason() -> None:
 
 def test_reject_fraction_failure_names_the_setting_and_rows() -> None:
     smiles = ["CCO", "C1CC", "CCC", "CCN"]
-    _, rejects = featurise_table(table(smiles), FeaturiseConfig())
+    _, rejects = featurise_table(table(smiles), config_of(FeaturiseConfig))
     check_reject_fraction(4, rejects, 0.5, where="x.csv")  # 25% allowed under 50%
     with pytest.raises(TooManyRejectsError, match=r"1 of 4.*max_reject_fraction=0.01.*row 1 'C1CC'"):
         check_reject_fraction(4, rejects, 0.01, where="x.csv")
 
 
 def test_features_round_trip_and_bytes_are_reproducible(tmp_path: Path) -> None:
-    cfg = FeaturiseConfig(n_bits=1024)
+    cfg = config_of(FeaturiseConfig, n_bits=1024)
     features, _ = featurise_table(table(MOLECULES), cfg)
     save_features(features, tmp_path / "a.npz", cfg)
     save_features(features, tmp_path / "b.npz", cfg)
@@ -119,7 +120,7 @@ def test_featurise_cli_fails_cleanly_on_too_many_rejects(tmp_path: Path) -> None
         [
             "featurise",
             "--params",
-            json.dumps({"max_reject_fraction": 0.01}),
+            json.dumps({**defaults()["featurise"], "max_reject_fraction": 0.01}),
             "--input",
             str(split),
             "--output",
@@ -139,14 +140,14 @@ def test_descriptor_sets_give_one_row_per_molecule_and_one_column_per_descriptor
     from rdkit.Chem import Descriptors
 
     smiles = ["CCO", "c1ccccc1O", "CC(=O)[O-].[Na+]"]
-    X = featurise_smiles(smiles, FeaturiseConfig(representation="rdkit_descriptors_2d"))
+    X = featurise_smiles(smiles, config_of(FeaturiseConfig, representation="rdkit_descriptors_2d"))
     assert X.shape[0] == 3 and X.shape[1] > 100
     # Row i is molecule i: its molecular weight and logP appear in its own row.
     for i, s in enumerate(smiles):
         mol = Chem.MolFromSmiles(s)
         assert np.isclose(X[i], Descriptors.MolWt(mol), rtol=1e-6).any(), s
         assert np.isclose(X[i], Descriptors.MolLogP(mol), rtol=1e-5).any(), s
-    alone = featurise_smiles(smiles[1:2], FeaturiseConfig(representation="rdkit_descriptors_2d"))
+    alone = featurise_smiles(smiles[1:2], config_of(FeaturiseConfig, representation="rdkit_descriptors_2d"))
     np.testing.assert_array_equal(alone[0], X[1])
 
 
@@ -174,7 +175,7 @@ def test_featurise_logs_its_progress_as_plain_lines(tmp_path: Path) -> None:
     table(["CCO", "c1ccccc1O", "CC(=O)O", "CCN", "CCCl", "CC=O"]).to_csv(split, index=False)
     log = tmp_path / "featurise.log"
     command = [
-        sys.executable, "-m", "esol", "featurise", "--log", str(log), "--params", json.dumps({"chunk_size": 2}),
+        sys.executable, "-m", "esol", "featurise", "--log", str(log), "--params", json.dumps({**defaults()["featurise"], "chunk_size": 2}),
         "--input", str(split), "--output", str(tmp_path / "train.npz"), "--rejects", str(tmp_path / "rejects.csv"),
         "--shard", "1", "--shards", "2",
     ]  # fmt: skip

@@ -21,6 +21,7 @@ from esol.features import (
     shard_bounds,
 )
 from tests.conftest import md5
+from tests.esol.configs import config_of
 from tests.esol.test_features import MOLECULES
 
 # Stereo, charges, aromatic heterocycles, isotopes, salts, radicals, a macrocycle, organometallics.
@@ -53,8 +54,8 @@ def test_fast_ecfp_path_is_bit_identical_to_molflux_on_15000_molecules() -> None
     assert len(smiles) >= 10_000
     table = pd.DataFrame({"row": np.arange(len(smiles)), "smiles": smiles, "y": 0.0})
     for radius, n_bits in [(2, 2048), (3, 1024)]:
-        fast = featurise_chunk(table, FeaturiseConfig(radius=radius, n_bits=n_bits, engine="auto"))
-        slow = featurise_chunk(table, FeaturiseConfig(radius=radius, n_bits=n_bits, engine="molflux"))
+        fast = featurise_chunk(table, config_of(FeaturiseConfig, radius=radius, n_bits=n_bits, engine="auto"))
+        slow = featurise_chunk(table, config_of(FeaturiseConfig, radius=radius, n_bits=n_bits, engine="molflux"))
         assert len(fast.rows) > 0.99 * len(smiles)
         np.testing.assert_array_equal(fast.rows, slow.rows)
         assert fast.X.dtype == np.uint8 and fast.X.shape == (len(fast.rows), n_bits // 8)
@@ -93,7 +94,7 @@ def test_any_number_of_shards_and_any_chunk_size_give_the_same_bytes(tmp_path: P
     smiles[17] = "C1CC(bad"  # rejects land in one shard; their rows stay in order
     smiles[250] = "c1cccc1"
     split = write_split(tmp_path / "split.csv", smiles)
-    cfg = FeaturiseConfig(representation=representation, max_reject_fraction=0.05)
+    cfg = config_of(FeaturiseConfig, representation=representation, max_reject_fraction=0.05)
     runs = [shard_and_gather(tmp_path, split, cfg, k, c) for k, c in [(1, 10_000), (3, 10_000), (8, 7), (1, 1)]]
     assert len({md5(r / "all.npz") for r in runs}) == 1
     assert len({md5(r / "all.rejects.csv") for r in runs}) == 1
@@ -107,7 +108,7 @@ def test_any_number_of_shards_and_any_chunk_size_give_the_same_bytes(tmp_path: P
 
 def test_descriptor_shards_gather_like_one_run(tmp_path: Path) -> None:
     split = write_split(tmp_path / "split.csv", rdkit_smiles()[:40])
-    cfg = FeaturiseConfig(representation="rdkit_descriptors_2d")
+    cfg = config_of(FeaturiseConfig, representation="rdkit_descriptors_2d")
     one, three = (shard_and_gather(tmp_path, split, cfg, k, 6) for k in (1, 3))
     assert md5(one / "all.npz") == md5(three / "all.npz")
     features = load_features(three / "all.npz")
@@ -119,7 +120,7 @@ def test_gather_fails_on_too_many_rejects_in_total_and_writes_nothing(tmp_path: 
     for i in (3, 40, 77):  # 3 % in all, spread over the shards
         smiles[i] = "not a smiles"
     split = write_split(tmp_path / "split.csv", smiles)
-    cfg = FeaturiseConfig(max_reject_fraction=0.02)
+    cfg = config_of(FeaturiseConfig, max_reject_fraction=0.02)
     with pytest.raises(TooManyRejectsError, match=r"split.csv: 3 of 100 SMILES .*max_reject_fraction=0.02"):
         shard_and_gather(tmp_path, split, cfg, 3, 50)
     assert not (tmp_path / "k3-c50" / "all.npz").exists()

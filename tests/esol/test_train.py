@@ -16,15 +16,16 @@ from esol.train import epoch_order, train_model
 from snakedvc.live import EpochLog
 from snakedvc.torch.checkpoint import load_state, save_state
 from tests.conftest import REPO
+from tests.esol.configs import config_of
 
-SMALL = TrainConfig(hidden_sizes=(64,), max_epochs=8, patience=100, batch_size=32, seed=7)
+SMALL = config_of(TrainConfig, hidden_sizes=(64,), max_epochs=8, patience=100, batch_size=32, seed=7)
 
 
 @pytest.fixture(scope="module")
 def esol_features() -> dict[str, FeatureSet]:
     table = read_molecules(REPO / "data/raw/esol.csv", "smiles", "measured log solubility in mols per litre", 300)
-    parts = split_molecules(table, SplitConfig(seed=0))
-    cfg = FeaturiseConfig(n_bits=512)
+    parts = split_molecules(table, config_of(SplitConfig, seed=0))
+    cfg = config_of(FeaturiseConfig, n_bits=512)
     return {name: featurise_table(part, cfg)[0] for name, part in parts.items()}
 
 
@@ -56,7 +57,7 @@ def test_training_loss_decreases(esol_features) -> None:
 
 
 def test_early_stopping_keeps_best_epoch(esol_features) -> None:
-    cfg = TrainConfig(hidden_sizes=(64,), max_epochs=60, patience=3, seed=1)
+    cfg = config_of(TrainConfig, hidden_sizes=(64,), max_epochs=60, patience=3, seed=1)
     result = train_model(esol_features["train"], esol_features["valid"], cfg)
     history = result.history
     assert len(history) < 60
@@ -84,13 +85,13 @@ def test_divergence_is_a_clear_error(esol_features) -> None:
     from esol.train import TrainingDivergedError
 
     with pytest.raises(TrainingDivergedError, match="train.lr"):
-        train_model(esol_features["train"], esol_features["valid"], TrainConfig(hidden_sizes=(32,), lr=1e30))
+        train_model(esol_features["train"], esol_features["valid"], config_of(TrainConfig, hidden_sizes=(32,), lr=1e30))
 
 
 def test_descriptor_features_are_standardised_in_training_and_in_prediction(tmp_path: Path) -> None:
     table = read_molecules(REPO / "data/raw/esol.csv", "smiles", "measured log solubility in mols per litre", 200)
-    parts = split_molecules(table, SplitConfig(seed=0))
-    cfg = FeaturiseConfig(representation="rdkit_descriptors_2d")
+    parts = split_molecules(table, config_of(SplitConfig, seed=0))
+    cfg = config_of(FeaturiseConfig, representation="rdkit_descriptors_2d")
     feats = {name: featurise_table(part, cfg)[0] for name, part in parts.items()}
     result = train_model(feats["train"], feats["valid"], SMALL)
     x_mean = result.meta["x_mean"].numpy()
@@ -113,7 +114,9 @@ def test_fingerprint_models_carry_no_feature_scaling(esol_features) -> None:
 
 # A sweep trial continues its previous rung's state (snakedvc.torch's save_state / load_state).
 def test_continuing_a_short_run_equals_one_long_run(esol_features, tmp_path) -> None:
-    cfg = TrainConfig(hidden_sizes=(32,), max_epochs=6, patience=100, batch_size=32, seed=3, checkpoint_every=0)
+    cfg = config_of(
+        TrainConfig, hidden_sizes=(32,), max_epochs=6, patience=100, batch_size=32, seed=3, checkpoint_every=0
+    )
     straight = train_model(esol_features["train"], esol_features["valid"], cfg)
     short = train_model(
         esol_features["train"], esol_features["valid"], TrainConfig(**{**cfg.__dict__, "max_epochs": 2})

@@ -23,13 +23,13 @@ SWEEP = snakedvc.sweep_plan(config)
 
 checkpoint rung:
     input:
-        lambda w: [SWEEP.path(t, int(w.rung), SWEEP.settings["metrics_file"]) for t in SWEEP.rung_trials(int(w.rung))],
+        lambda w: [SWEEP._path(t, int(w.rung), SWEEP._settings.metrics_file) for t in SWEEP._rung_trials(int(w.rung))],
     output:
         decision=f"{SWEEP.root}/rungs/rung{{rung}}.json",
     params:
-        keep=lambda w: SWEEP.keep_after(int(w.rung)),
-        metric=SWEEP.settings.get("metric", ""),
-        direction=SWEEP.settings.get("direction", "min"),
+        keep=lambda w: SWEEP._keep_after(int(w.rung)),
+        metric=SWEEP._settings.metric,
+        direction=SWEEP._settings.direction,
     log:
         f"logs/sweeps/{SWEEP.name}/rung{{rung}}.log",
     benchmark:
@@ -43,7 +43,7 @@ checkpoint rung:
 
 
 # The module's own checkpoint, for the plan's run-time helpers (SWEEP.best, later rungs' trials).
-SWEEP.bind(checkpoints.rung)
+SWEEP._bind(checkpoints.rung)
 
 
 # Only the last rung is an input: asking Snakemake for every rung's checkpoint at once makes it
@@ -51,14 +51,14 @@ SWEEP.bind(checkpoints.rung)
 # rung's trials are known only once the rung before is decided).
 rule report:
     input:
-        last=lambda w: checkpoints.rung.get(rung=str(len(SWEEP.rungs) - 1)).output.decision,
+        last=lambda w: checkpoints.rung.get(rung=str(len(SWEEP._rungs) - 1)).output.decision,
     output:
         report=directory(SWEEP.report),
     params:
-        decisions=[f"{SWEEP.root}/rungs/rung{r.index}.json" for r in SWEEP.rungs],
-        plan=lambda w: json.dumps(SWEEP.describe(), sort_keys=True),
+        decisions=[f"{SWEEP.root}/rungs/rung{r.index}.json" for r in SWEEP._rungs],
+        plan=lambda w: json.dumps(SWEEP._describe(), sort_keys=True),
         trials=f"{SWEEP.root}/trials",
-        state=SWEEP.settings.get("state_file", "state.pt"),
+        state=SWEEP._settings.state_file,
     log:
         f"logs/sweeps/{SWEEP.name}/report.log",
     benchmark:

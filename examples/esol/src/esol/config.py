@@ -1,4 +1,8 @@
-"""The ESOL steps' typed config sections, and the one check a JSON schema cannot express."""
+"""The ESOL steps' typed config sections, and the one check a JSON schema cannot express.
+
+The workflow's schema (workflow/schemas/config.schema.yaml) holds every key's type and default;
+these classes only name the keys, and are built from a validated section (``section``).
+"""
 
 from __future__ import annotations
 
@@ -18,43 +22,46 @@ def check_config(config: dict[str, Any]) -> None:
 
 @dataclass(frozen=True)
 class SplitConfig:
-    method: str = "random"
-    fractions: tuple[float, float, float] = (0.8, 0.1, 0.1)
-    seed: int = 0
+    method: str
+    fractions: tuple[float, float, float]
+    seed: int
 
 
 @dataclass(frozen=True)
 class FeaturiseConfig:
-    representation: str = "morgan"
-    radius: int = 2
-    n_bits: int = 2048
-    max_reject_fraction: float = 0.01
-    engine: str = "auto"
-    shards: int = 1
-    chunk_size: int = 10_000
+    representation: str
+    radius: int
+    n_bits: int
+    max_reject_fraction: float
+    engine: str
+    shards: int
+    chunk_size: int
 
 
 @dataclass(frozen=True)
 class TrainConfig:
-    hidden_sizes: tuple[int, ...] = (512, 128)
-    dropout: float = 0.1
-    lr: float = 1e-3
-    weight_decay: float = 1e-4
-    batch_size: int = 64
-    max_epochs: int = 100
-    patience: int = 15
-    seed: int = 0
-    torch_threads: int = 1
-    checkpoint_every: int = 5
-    checkpoint_keep: int = 2
-    keep_checkpoints: bool = False
+    hidden_sizes: tuple[int, ...]
+    dropout: float
+    lr: float
+    weight_decay: float
+    batch_size: int
+    max_epochs: int
+    patience: int
+    seed: int
+    torch_threads: int
+    checkpoint_every: int
+    checkpoint_keep: int
+    keep_checkpoints: bool
 
 
 def section(cls: type, values: dict[str, Any]) -> Any:
-    """Build a config dataclass from a validated section, ignoring nothing silently."""
+    """Build a config dataclass from a validated section (every key present), ignoring nothing silently."""
     names = {f.name for f in fields(cls)}
-    unknown = set(values) - names
-    if unknown:
-        raise ConfigError(f"unknown {cls.__name__} key(s): {', '.join(sorted(unknown))}")
+    unknown, missing = set(values) - names, names - set(values)
+    if unknown or missing:
+        raise ConfigError(
+            f"{cls.__name__}: unknown key(s) {', '.join(sorted(unknown)) or '-'}; missing {', '.join(sorted(missing)) or '-'}"
+            " (pass the section as the workflow's schema validated it)"
+        )
     converted = {k: tuple(v) if isinstance(v, list) else v for k, v in values.items()}
     return cls(**converted)

@@ -1,0 +1,74 @@
+"""The end of a sweep: every completed trial saved as its own DVC experiment."""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+from typing import Any
+
+from snakedvc.config import KEY
+from snakedvc.io import atomic_path
+from snakedvc.sweep.plan import plan
+from snakedvc.tracking import TrackingError, experiment_settings, save_experiment
+
+log = logging.getLogger(__name__)
+
+
+def save_trials(config: dict[str, Any], root: Path | str = ".") -> list[str]:
+    """Save every completed trial of a sweep as its own DVC experiment, `<sweep>-<trial>`.
+
+    Each holds the trial's effective params (its config at the last rung it reached), its
+    results in ``snakedvc.sweep.trial_metrics`` (the metric, rung, epochs, whether it won, and
+    ``final_metrics`` for the winner) and the sweep report through its .dvc file. Nothing is
+    saved before the report exists (a run that asked for other targets). The winner is saved
+    last, so the workspace's params are the winner's afterwards.
+    """
+    import pandas as pd
+
+    sweep = plan(config)
+    settings = sweep._settings
+    base = Path(root)
+    report = Path(sweep.report)
+    if not (base / report / "summary.csv").is_file():
+        log.info("sweep %s: no report yet (%s), no experiments saved", sweep.name, report)
+        return []
+    params_file = experiment_settings(config).params
+    table = pd.read_csv(base / report / "summary.csv")
+    done = table[table["status"] == "ok"].sort_values("best", kind="stable")
+    final: dict[str, Any] = {}
+    if settings.final_metrics:
+        final_path = base / sweep.root / settings.final_metrics
+        if not final_path.is_file():
+            raise TrackingError(
+                f"sweep {sweep.name}: snakedvc.sweep.final_metrics names {settings.final_metrics}, "
+                "which the run did not produce"
+            )
+        final = json.loads(final_path.read_text())
+    extra = [f"{report}.dvc", str(report.parent / ".gitignore")]
+    trial_metrics = base / settings.trial_metrics
+    saved = []
+    for row in done.to_dict("records"):  # records: a metric's name need not be an identifier
+        trial, rung = str(row["trial"]), int(row["rung"])
+        results: dict[str, Any] = {settings.metric: float(row[settings.metric]), "rung": rung,
+                                   "epochs": int(row["epochs"]), "best": int(bool(row["best"]))}  # fmt: skip
+        if row["best"] and final:
+            results["final"] = final
+        with atomic_path(trial_metrics) as tmp:
+            tmp.write_text(json.dumps(results, indent=2, sort_keys=True) + "\n")
+        params = {**sweep._trial_config(trial, rung), KEY: config.get(KEY) or {}}
+        files = [params_file, settings.trial_metrics, *(f for f in extra if (base / f).is_file())]
+        overrides = sweep._trial(trial).overrides
+        saved.append(
+            save_experiment(
+                params,
+                files,
+                name=f"{sweep.name}-{trial}",
+                message=f"sweep {sweep.name} trial {trial}: {overrides}",
+                root=root,
+                files=files,
+            )
+        )
+    trial_metrics.unlink(missing_ok=True)
+    log.info("sweep %s: %d trial experiments saved", sweep.name, len(saved))
+    return saved
