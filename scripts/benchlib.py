@@ -108,7 +108,7 @@ def esol_config(cls: type, **overrides: Any) -> Any:
     """An ESOL step's config (esol.config's SplitConfig, FeaturiseConfig, TrainConfig) as the workflow's
     schema defaults give it, with ``overrides``: the schema is the one place the defaults are written."""
     from esol.config import section
-    from snakedvc.config import load_schema, validate_config
+    from snakedvc.engine.config import load_schema, validate_config
 
     name = {"SplitConfig": "split", "FeaturiseConfig": "featurise", "TrainConfig": "train"}[cls.__name__]
     defaults = validate_config({}, load_schema(REPO / "workflow" / "schemas" / "config.schema.yaml"))

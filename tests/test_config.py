@@ -6,7 +6,7 @@ import pytest
 import yaml
 
 from esol.config import TrainConfig, section
-from snakedvc.config import ConfigError, load_schema, validate_config
+from snakedvc.engine.config import ConfigError, load_schema, validate_config
 from tests.conftest import REPO, SCHEMA, run_snakemake
 
 
@@ -16,7 +16,7 @@ def schema() -> dict:
 
 
 def test_shipped_params_are_valid_and_match_schema_defaults(schema: dict) -> None:
-    from snakedvc.workflow import kit_schema
+    from snakedvc.engine.workflow import kit_schema
 
     raw = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
     kit = raw.pop("snakedvc")  # the kit's section, checked against the kit's own schema
@@ -129,7 +129,7 @@ def test_numeric_strings_from_command_line_are_coerced(schema: dict) -> None:
 def test_the_kits_settings_classes_name_exactly_the_schemas_keys_and_hold_no_defaults() -> None:
     import dataclasses
 
-    from snakedvc import settings
+    from snakedvc.engine import settings
 
     def check(cls: type, schema: dict) -> None:
         fields = dataclasses.fields(cls)
@@ -161,7 +161,7 @@ def test_the_esol_steps_configs_name_exactly_the_schemas_keys_and_hold_no_defaul
 
 
 def test_controller_yaml_goes_through_the_schema(tmp_path) -> None:
-    from snakedvc.settings import controller_settings
+    from snakedvc.engine.settings import controller_settings
 
     assert controller_settings(tmp_path).runtime == 10080  # no file: every default
     (tmp_path / "controller.yaml").write_text("partition: long\nsbatch_extra: [--qos=long]\nretries: 0\n")

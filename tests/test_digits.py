@@ -15,8 +15,8 @@ import pandas as pd
 import pytest
 import yaml
 
+from snakedvc.engine.sweep.plan import schedule, total_epochs
 from snakedvc.live import read_progress
-from snakedvc.sweep.plan import schedule, total_epochs
 from tests.conftest import (
     REPO,
     SNAKEMAKE,

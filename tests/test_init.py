@@ -9,7 +9,7 @@ from pathlib import Path
 import yaml
 
 import snakedvc
-from snakedvc.workflow import kit_schema
+from snakedvc.engine.workflow import kit_schema
 from tests.conftest import REPO, git
 
 

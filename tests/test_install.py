@@ -22,7 +22,7 @@ CHECK = textwrap.dedent(
     """
     import importlib.util, json, pathlib
     import snakedvc
-    from snakedvc.workflow import MODULES, kit_schema, module_path
+    from snakedvc.engine.workflow import MODULES, kit_schema, module_path
     modules = {name: pathlib.Path(module_path(name)).is_file() for name in MODULES}
     absent = {name: importlib.util.find_spec(name) is None
               for name in ("numpy", "snakemake", "dvc", "molflux", "rdkit", "torch", "esol",

@@ -13,7 +13,7 @@ from types import SimpleNamespace
 import pytest
 
 import snakedvc
-from snakedvc.tracking import TrackingError, experiment_files, run_dvc, save_experiment
+from snakedvc.engine.tracking import TrackingError, experiment_files, run_dvc, save_experiment
 from tests.conftest import REPO, dvc, git
 
 KIT = REPO / "src" / "snakedvc"
@@ -71,7 +71,7 @@ def test_the_examples_use_the_kit_only_through_its_public_api() -> None:
     assert {f: names for f, names in used.items() if names} == {}
     assert any(kit_names_used(f) for f in files)  # the scan does find the kit
     # Members too: a workflow's sweep plan (SWEEP = snakedvc.sweep_plan(config)) only through its public ones.
-    from snakedvc.sweep.plan import PUBLIC
+    from snakedvc.engine.sweep.plan import PUBLIC
 
     members = {m for f in files for m in re.findall(r"\bSWEEP\.(\w+)", f.read_text())}
     assert members and members <= set(PUBLIC), members - set(PUBLIC)
@@ -79,12 +79,37 @@ def test_the_examples_use_the_kit_only_through_its_public_api() -> None:
 
 def test_importing_the_kit_loads_neither_torch_nor_the_example() -> None:
     code = (
-        "import sys, snakedvc, snakedvc.cli, snakedvc.launch, snakedvc.sweep, snakedvc.tracking, snakedvc.workflow\n"
-        "import snakedvc.runs, snakedvc.live, snakedvc.lease, snakedvc.slurm\n"
+        "import sys, snakedvc, snakedvc.cli, snakedvc.launch, snakedvc.engine.sweep, snakedvc.engine.tracking\n"
+        "import snakedvc.engine.workflow, snakedvc.engine.runs, snakedvc.live, snakedvc.lease, snakedvc.slurm\n"
         "print(sorted(m for m in ('torch', 'esol', 'molflux', 'rdkit', 'dvclive') if m in sys.modules))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+def test_the_job_side_loads_no_host_side_module() -> None:
+    """What a step imports in a job (the kit's step-side names, snakedvc.torch, snakedvc.live, launch, lease)
+    needs none of snakedvc.engine: the layout's split matches the two installs."""
+    code = (
+        "import sys, snakedvc, snakedvc.torch, snakedvc.live, snakedvc.launch, snakedvc.lease, snakedvc.slurm\n"
+        "from snakedvc import atomic_path, log_to, progress\n"
+        "from snakedvc.torch import Resumable, session, add_resume_arguments\n"
+        "import snakedvc.torch.resume, snakedvc.torch.checkpoint\n"
+        "print(sorted(m for m in sys.modules if m.startswith('snakedvc.engine')))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
+    host = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import sys, snakedvc; snakedvc.configure; print('snakedvc.engine.workflow' in sys.modules)",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    assert host.strip() == "True"  # the host side's names load it on first use
 
 
 def test_shipped_modules_are_found() -> None:

@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from snakedvc.report import layered_svg, log_jobs
+from snakedvc.engine.report import layered_svg, log_jobs
 
 SNAKEFILE = """\
 rule all:

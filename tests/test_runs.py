@@ -16,8 +16,16 @@ from pathlib import Path
 import pytest
 import yaml
 
-from snakedvc.report import slurm_jobs
-from snakedvc.runs import RunError, controller_settings, find_run, freeze, resume, sbatch_command, submitted_slurm_jobs
+from snakedvc.engine.report import slurm_jobs
+from snakedvc.engine.runs import (
+    RunError,
+    controller_settings,
+    find_run,
+    freeze,
+    resume,
+    sbatch_command,
+    submitted_slurm_jobs,
+)
 from tests.conftest import SMALL_RUN, dvc_experiments, dvc_project, md5, trainers_in
 from tests.conftest import git as git_output
 from tests.waiting import wait_until
@@ -262,7 +270,7 @@ def test_the_controller_job_matches_its_reference_command_line() -> None:
     """The controller's sbatch call for profiles/slurm (tests/reference/runs/), paths made stable."""
     import shlex
 
-    from snakedvc.runs import Run
+    from snakedvc.engine.runs import Run
     from tests.conftest import REPO
 
     run = Run(id="20260101-000000-abcd", name="lr-3e-4", root="/home/me/project", commit="c", baseline="b",
@@ -277,7 +285,7 @@ def test_the_controller_job_matches_its_reference_command_line() -> None:
 
 
 def test_packages_installed_editable_from_the_repository_are_imported_from_the_workspace(tmp_path: Path) -> None:
-    from snakedvc.runs import source_paths
+    from snakedvc.engine.runs import source_paths
     from tests.conftest import REPO
 
     workspace = tmp_path / "workspace"

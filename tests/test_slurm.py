@@ -122,7 +122,7 @@ def test_pipeline_on_slurm_matches_local_and_asks_rule_resources(slurm_cluster, 
 
 
 def test_report_waits_for_accounting_to_hear_of_a_finished_runs_last_jobs(slurm_cluster, tmp_path: Path) -> None:
-    from snakedvc.report import sacct_jobs
+    from snakedvc.engine.report import sacct_jobs
 
     # A job that is still running when the report asks: without waiting, its row says so (once
     # accounting lists it at all).

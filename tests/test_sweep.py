@@ -8,14 +8,14 @@ import re
 import pytest
 import yaml
 
-from snakedvc.config import ConfigError, load_schema, validate_config
-from snakedvc.settings import settings
-from snakedvc.sweep import SweepPlan
-from snakedvc.sweep.plan import PUBLIC, Rung, schedule, total_epochs
-from snakedvc.sweep.promotion import promote, read_trial_metrics
-from snakedvc.sweep.space import build_trials, expand_space, user_config
+from snakedvc.engine.config import ConfigError, load_schema, validate_config
+from snakedvc.engine.settings import settings
+from snakedvc.engine.sweep import SweepPlan
+from snakedvc.engine.sweep.plan import PUBLIC, Rung, schedule, total_epochs
+from snakedvc.engine.sweep.promotion import promote, read_trial_metrics
+from snakedvc.engine.sweep.space import build_trials, expand_space, user_config
+from snakedvc.engine.workflow import kit_schema
 from snakedvc.torch.checkpoint import load_state
-from snakedvc.workflow import kit_schema
 from tests.conftest import REPO, SCHEMA
 
 SCHEMA_DICT = load_schema(SCHEMA)

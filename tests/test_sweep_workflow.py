@@ -11,8 +11,8 @@ import pandas as pd
 import pytest
 import yaml
 
-from snakedvc.config import load_schema, validate_config
-from snakedvc.sweep.plan import schedule, total_epochs
+from snakedvc.engine.config import load_schema, validate_config
+from snakedvc.engine.sweep.plan import schedule, total_epochs
 from tests.conftest import REPO, SCHEMA, dvc, dvc_experiments, dvc_project, md5, run_snakemake, slurm_jobs_by_rule
 from tests.test_slurm import wait_for_sacct
 

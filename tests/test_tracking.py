@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from snakedvc.tracking import TrackingError, track, validate_experiment_name
+from snakedvc.engine.tracking import TrackingError, track, validate_experiment_name
 from tests.conftest import (
     REPO,
     SMALL_RUN,

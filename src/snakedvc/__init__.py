@@ -31,13 +31,43 @@ On the command line: ``snakedvc launch -- COMMAND`` (1 process, torchrun, srun +
 ``snakedvc.live.EpochLog`` (per-epoch metrics through dvclive on rank 0; the ``live`` extra).
 """
 
-from snakedvc.config import ConfigError, validate_config
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
 from snakedvc.io import atomic_path
 from snakedvc.logs import log_to
 from snakedvc.progressbar import progress
-from snakedvc.sweep import plan as sweep_plan
-from snakedvc.tracking import finish_run
-from snakedvc.workflow import configure, flags, module_path, tracked, training_resources
+
+if TYPE_CHECKING:
+    from snakedvc.engine.config import ConfigError, validate_config
+    from snakedvc.engine.sweep import plan as sweep_plan
+    from snakedvc.engine.tracking import finish_run
+    from snakedvc.engine.workflow import configure, flags, module_path, tracked, training_resources
+
+# The host side's names, imported on first use: a step (`from snakedvc import atomic_path`) in a
+# job loads no host-side module (and needs none of the engine install).
+_HOST = {
+    "ConfigError": ("config", "ConfigError"),
+    "validate_config": ("config", "validate_config"),
+    "sweep_plan": ("sweep", "plan"),
+    "finish_run": ("tracking", "finish_run"),
+    "configure": ("workflow", "configure"),
+    "flags": ("workflow", "flags"),
+    "module_path": ("workflow", "module_path"),
+    "tracked": ("workflow", "tracked"),
+    "training_resources": ("workflow", "training_resources"),
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _HOST:
+        import importlib
+
+        module, attr = _HOST[name]
+        return getattr(importlib.import_module(f"snakedvc.engine.{module}"), attr)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 # What a user learns, capability by capability (the README's table lists the same; a test keeps
 # them equal and resolves each): a name and, for an object, the members used. Everything else

@@ -41,20 +41,20 @@ def cmd_launch(args: argparse.Namespace) -> None:
 
 
 def cmd_sweep_promote(args: argparse.Namespace) -> None:
-    from snakedvc.sweep.promotion import decide
+    from snakedvc.engine.sweep.promotion import decide
 
     decide(args.metrics_files, args.rung, args.keep, args.metric, args.direction, args.output)
 
 
 def cmd_sweep_report(args: argparse.Namespace) -> None:
-    from snakedvc.sweep.report import write
+    from snakedvc.engine.sweep.report import write
 
     print(write(json.loads(args.plan), args.decisions, Path(args.trials), args.leave_out, Path(args.output)))
 
 
 def cmd_report(args: argparse.Namespace) -> None:
-    from snakedvc.records import read_record
-    from snakedvc.report import write_report
+    from snakedvc.engine.records import read_record
+    from snakedvc.engine.report import write_report
 
     sweep = args.sweep
     if sweep is None:  # the sweep's report folder, if the last run was a sweep
@@ -65,21 +65,21 @@ def cmd_report(args: argparse.Namespace) -> None:
 
 
 def cmd_track(args: argparse.Namespace) -> None:
-    from snakedvc.tracking import track
+    from snakedvc.engine.tracking import track
 
     track(args.paths)
     log.info("recorded in DVC: %s", " ".join(args.paths))
 
 
 def cmd_restore(args: argparse.Namespace) -> None:
-    from snakedvc.tracking import restore
+    from snakedvc.engine.tracking import restore
 
     restore(args.name, params_file=args.params)
     print(f"restored {args.name}; `snakemake -n` now plans only what differs from it")
 
 
 def cmd_submit(args: argparse.Namespace) -> None:
-    from snakedvc.runs import submit
+    from snakedvc.engine.runs import submit
 
     snakemake_args = args.snakemake_args[1:] if args.snakemake_args[:1] == ["--"] else args.snakemake_args
     run = submit(args.profile, snakemake_args, name=args.name or "", share=args.share)
@@ -90,7 +90,7 @@ def cmd_submit(args: argparse.Namespace) -> None:
 
 
 def cmd_runs(args: argparse.Namespace) -> None:
-    from snakedvc.runs import describe, format_runs, list_runs, repository_root
+    from snakedvc.engine.runs import describe, format_runs, list_runs, repository_root
 
     runs = list_runs(repository_root())
     if args.json:
@@ -100,7 +100,7 @@ def cmd_runs(args: argparse.Namespace) -> None:
 
 
 def cmd_logs(args: argparse.Namespace) -> None:
-    from snakedvc.runs import find_run, follow, repository_root
+    from snakedvc.engine.runs import find_run, follow, repository_root
 
     run = find_run(repository_root(), args.run)
     if args.follow:
@@ -112,14 +112,14 @@ def cmd_logs(args: argparse.Namespace) -> None:
 
 
 def cmd_cancel(args: argparse.Namespace) -> None:
-    from snakedvc.runs import cancel, find_run, repository_root
+    from snakedvc.engine.runs import cancel, find_run, repository_root
 
     run = cancel(find_run(repository_root(), args.run))
     print(f"cancelled run {run.id} ({run.name})")
 
 
 def cmd_resume(args: argparse.Namespace) -> None:
-    from snakedvc.runs import find_run, repository_root, resume
+    from snakedvc.engine.runs import find_run, repository_root, resume
 
     run, started = resume(find_run(repository_root(), args.run))
     where = f"SLURM job {run.controller_jobs[-1]}" if run.slurm else f"process {run.controller_pid}"
@@ -130,14 +130,14 @@ def cmd_resume(args: argparse.Namespace) -> None:
 
 
 def cmd_clean(args: argparse.Namespace) -> None:
-    from snakedvc.runs import clean, repository_root
+    from snakedvc.engine.runs import clean, repository_root
 
     for run in clean(repository_root()):
         print(f"removed the workspace of run {run.id} ({run.name}, {run.state})")
 
 
 def cmd_init(args: argparse.Namespace) -> None:
-    from snakedvc.init import init
+    from snakedvc.engine.init import init
 
     done = init(".", config=args.config, dry_run=args.dry_run)
     print("\n".join(done) if done else "nothing to do: the project has everything snakedvc init writes")
@@ -146,7 +146,7 @@ def cmd_init(args: argparse.Namespace) -> None:
 
 
 def cmd_controller(args: argparse.Namespace) -> None:
-    from snakedvc.controller import main as controller_main
+    from snakedvc.engine.controller import main as controller_main
 
     raise SystemExit(controller_main(args.run_dir))
 
@@ -254,10 +254,10 @@ def _add_run_commands(step: Step) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from snakedvc.config import ConfigError
-    from snakedvc.init import InitError
-    from snakedvc.runs import RunError
-    from snakedvc.tracking import TrackingError
+    from snakedvc.engine.config import ConfigError
+    from snakedvc.engine.init import InitError
+    from snakedvc.engine.runs import RunError
+    from snakedvc.engine.tracking import TrackingError
 
     args = build_parser().parse_args(argv)
     _setup_logging(getattr(args, "log", None))

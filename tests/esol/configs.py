@@ -6,7 +6,7 @@ from functools import cache
 from typing import Any
 
 from esol.config import FeaturiseConfig, SplitConfig, TrainConfig, section
-from snakedvc.config import load_schema, validate_config
+from snakedvc.engine.config import load_schema, validate_config
 from tests.conftest import SCHEMA
 
 SECTIONS: dict[type, str] = {SplitConfig: "split", FeaturiseConfig: "featurise", TrainConfig: "train"}

@@ -33,10 +33,10 @@ from typing import Any
 import yaml
 
 from snakedvc import slurm
+from snakedvc.engine.records import dvc_yaml_entries, read_record, within
+from snakedvc.engine.runs import submitted_slurm_jobs
 from snakedvc.io import atomic_path
 from snakedvc.live import PLOTS_DIR, find_logs
-from snakedvc.records import dvc_yaml_entries, read_record, within
-from snakedvc.runs import submitted_slurm_jobs
 from snakedvc.slurm import ACTIVE_STATES
 
 # Accounting hears of a job's end a moment after Snakemake does (snakedvc-slurm sees the exit code
@@ -429,7 +429,7 @@ def collect(root: Path, title: str, snakemake_args: Sequence[str] = (), sweep_di
     report.dag_svg, report.dag_note = job_dag_svg(root, snakemake_args)
     report.jobs, report.jobs_source = job_resources(root)
     if sweep_dir and (sweep_dir / "summary.csv").is_file():
-        from snakedvc.sweep.report import html_section
+        from snakedvc.engine.sweep.report import html_section
 
         report.sweep = html_section(sweep_dir)
         # The winner's final evaluation (the sweep module's `final` folder): its metrics and plots.

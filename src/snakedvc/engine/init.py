@@ -134,7 +134,7 @@ def init(root: Path | str = ".", config: str = "config.yaml", dry_run: bool = Fa
     if dry_run:
         return todo.describe()
     if todo.dvc_init:
-        from snakedvc.tracking import dvc_command
+        from snakedvc.engine.tracking import dvc_command
 
         proc = subprocess.run([*dvc_command(), "init", "--quiet"], cwd=base, capture_output=True, text=True)
         if proc.returncode != 0:

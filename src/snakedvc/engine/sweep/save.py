@@ -7,10 +7,10 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from snakedvc.config import KEY
+from snakedvc.engine.config import KEY
+from snakedvc.engine.sweep.plan import plan
+from snakedvc.engine.tracking import TrackingError, experiment_settings, save_experiment
 from snakedvc.io import atomic_path
-from snakedvc.sweep.plan import plan
-from snakedvc.tracking import TrackingError, experiment_settings, save_experiment
 
 log = logging.getLogger(__name__)
 

@@ -114,7 +114,7 @@ def html_section(report_dir: Path) -> str:
     """Rungs, every trial's curves (the winner bold), the summary table with the winner marked."""
     import pandas as pd
 
-    from snakedvc.report import _figure, _table, curves_png, read_curves
+    from snakedvc.engine.report import _figure, _table, curves_png, read_curves
 
     summary = pd.read_csv(report_dir / "summary.csv")
     plan = json.loads((report_dir / "plan.json").read_text())

@@ -9,10 +9,10 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from snakedvc.config import ConfigError, load_schema
-from snakedvc.settings import Sweep
-from snakedvc.settings import settings as kit_settings
-from snakedvc.sweep.space import SETTINGS, Trial, build_trials, get_dotted, section_key, set_dotted, user_config
+from snakedvc.engine.config import ConfigError, load_schema
+from snakedvc.engine.settings import Sweep
+from snakedvc.engine.settings import settings as kit_settings
+from snakedvc.engine.sweep.space import SETTINGS, Trial, build_trials, get_dotted, section_key, set_dotted, user_config
 
 
 @dataclass(frozen=True)
@@ -187,7 +187,7 @@ class SweepPlan:
     def flags(self, key: str) -> Callable[[Any], str]:
         """Params function: the trial's config section (dotted key) at this rung as ``--name value``
         flags (snakedvc.flags), for a script that reads its hyperparameters with argparse."""
-        from snakedvc.workflow import flags
+        from snakedvc.engine.workflow import flags
 
         def section_flags(wildcards: Any) -> str:
             return flags(get_dotted(self._config_of(wildcards), key))

@@ -17,7 +17,7 @@ from typing import Any
 
 import yaml
 
-from snakedvc.config import KEY, ConfigError, load_schema, validate_config
+from snakedvc.engine.config import KEY, ConfigError, load_schema, validate_config
 
 
 @cache

@@ -26,7 +26,7 @@ from types import FrameType
 from typing import Any
 
 from snakedvc import slurm
-from snakedvc.runs import (
+from snakedvc.engine.runs import (
     CANCEL_MARKER,
     NOTHING_TO_BE_DONE,
     Run,
@@ -39,8 +39,8 @@ from snakedvc.runs import (
     squeue_states,
     start_controller,
 )
+from snakedvc.engine.tracking import EXPERIMENT_NAME_ENV, EXPERIMENTS_FILE_ENV
 from snakedvc.slurm import SlurmUnavailable
-from snakedvc.tracking import EXPERIMENT_NAME_ENV, EXPERIMENTS_FILE_ENV
 
 EXPERIMENTS_FILE = "experiments.txt"
 # How long a new controller waits for the previous one's jobs to go (SLURM's KillWait is 30 s

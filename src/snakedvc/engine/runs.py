@@ -41,13 +41,14 @@ from typing import Any
 
 import yaml
 
-from snakedvc import settings, slurm
-from snakedvc.config import ConfigError
+from snakedvc import slurm
+from snakedvc.engine import settings
+from snakedvc.engine.config import ConfigError
+from snakedvc.engine.names import validate_experiment_name
+from snakedvc.engine.records import ignore_kit_folder, read_record, snakemake_outputs
+from snakedvc.engine.settings import ControllerSettings
 from snakedvc.io import atomic_path
 from snakedvc.live import METRICS_FILE, Progress, find_logs, read_progress
-from snakedvc.names import validate_experiment_name
-from snakedvc.records import ignore_kit_folder, read_record, snakemake_outputs
-from snakedvc.settings import ControllerSettings
 from snakedvc.slurm import SlurmUnavailable, SubmissionFailed, submit_once
 
 RUNS_DIR = Path(".snakedvc") / "runs"

@@ -17,11 +17,11 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from snakedvc import settings
-from snakedvc.config import KEY, ConfigError, load_schema, typed, validate_config
-from snakedvc.env import use_this_interpreter
-from snakedvc.names import validate_experiment_name
-from snakedvc.settings import Settings
+from snakedvc.engine import settings
+from snakedvc.engine.config import KEY, ConfigError, load_schema, typed, validate_config
+from snakedvc.engine.env import use_this_interpreter
+from snakedvc.engine.names import validate_experiment_name
+from snakedvc.engine.settings import Settings
 
 MODULES = ("kit", "tracking", "sweep")
 

@@ -26,13 +26,13 @@ from typing import Any
 
 import yaml
 
-from snakedvc.config import KEY
+from snakedvc.engine.config import KEY
+from snakedvc.engine.names import validate_experiment_name
+from snakedvc.engine.records import dag_outputs, record_paths, within, write_record
+from snakedvc.engine.settings import Experiment
+from snakedvc.engine.settings import settings as kit_settings
+from snakedvc.engine.workflow import typed_overrides
 from snakedvc.io import atomic_path
-from snakedvc.names import validate_experiment_name
-from snakedvc.records import dag_outputs, record_paths, within, write_record
-from snakedvc.settings import Experiment
-from snakedvc.settings import settings as kit_settings
-from snakedvc.workflow import typed_overrides
 
 log = logging.getLogger(__name__)
 
@@ -354,7 +354,7 @@ def finish_run(config: dict[str, Any], workflow: Any = None, root: Path | str = 
     sweep = kit_settings(config).sweep.enabled
     record: dict[str, Any] = {"outcome": "done", "outputs": own, "sweep": None, "overrides": typed_overrides(workflow)}
     if sweep:
-        from snakedvc.sweep import plan as sweep_plan
+        from snakedvc.engine.sweep import plan as sweep_plan
 
         record["sweep"] = str(sweep_plan(config).report)
     if not kit_settings(config).tracking:
@@ -363,7 +363,7 @@ def finish_run(config: dict[str, Any], workflow: Any = None, root: Path | str = 
         log.info("not a DVC repository (no .dvc/): run not recorded")
         saved = []
     else:
-        from snakedvc.sweep.save import save_trials
+        from snakedvc.engine.sweep.save import save_trials
 
         saved = save_trials(config, root) if sweep else [save_experiment(config, own, root=root)]
     params = experiment_settings(config).params

@@ -13,8 +13,8 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from snakedvc.config import KEY, ConfigError, validate_config
-from snakedvc.settings import Sweep
+from snakedvc.engine.config import KEY, ConfigError, validate_config
+from snakedvc.engine.settings import Sweep
 
 SETTINGS = f"{KEY}.sweep"
 

@@ -16,6 +16,6 @@ Inside: ``space`` (trials from the search space), ``plan`` (rungs, file layout),
 (a rung's ranking), ``report`` (summary, plot, HTML section), ``save`` (one DVC experiment per trial).
 """
 
-from snakedvc.sweep.plan import SweepPlan, plan
+from snakedvc.engine.sweep.plan import SweepPlan, plan
 
 __all__ = ["SweepPlan", "plan"]
