@@ -104,12 +104,19 @@ def write_synthetic_split(path: Path | str, n: int, seed: int = 0) -> Path:
     return path
 
 
-def esol_config(cls: type, **overrides: Any) -> Any:
-    """An ESOL step's config (esol.config's SplitConfig, FeaturiseConfig, TrainConfig) as the workflow's
-    schema defaults give it, with ``overrides``: the schema is the one place the defaults are written."""
-    from esol.config import section
+def esol_section(name: str, **overrides: Any) -> dict[str, Any]:
+    """An ESOL config section (``split``, ``featurise``, ``train``) as the workflow's schema defaults give
+    it, with ``overrides``: what a step's ``--params`` takes (the schema is the one place for defaults)."""
     from snakedvc.engine.config import load_schema, validate_config
 
-    name = {"SplitConfig": "split", "FeaturiseConfig": "featurise", "TrainConfig": "train"}[cls.__name__]
     defaults = validate_config({}, load_schema(REPO / "workflow" / "schemas" / "config.schema.yaml"))
-    return section(cls, {**defaults[name], **overrides})
+    return {**defaults[name], **overrides}
+
+
+def esol_config(cls: type, **overrides: Any) -> Any:
+    """An ESOL step's config (esol.config's SplitConfig, FeaturiseConfig, TrainConfig) built from
+    ``esol_section``."""
+    from esol.config import section
+
+    name = {"SplitConfig": "split", "FeaturiseConfig": "featurise", "TrainConfig": "train"}[cls.__name__]
+    return section(cls, esol_section(name, **overrides))
