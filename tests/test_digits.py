@@ -82,7 +82,7 @@ def test_local_run_is_recorded_as_a_dvc_experiment(local_run: Path) -> None:
         assert (local_run / path).is_file(), path
     metrics = json.loads((local_run / "results/metrics.json").read_text())
     assert 0.5 < metrics["valid_accuracy"] <= 1 and 0.5 < metrics["test_accuracy"] <= 1, metrics
-    assert "epoch 20 train_loss" in (local_run / "logs/fit.log").read_text()
+    assert "epoch 20: train_loss" in (local_run / "logs/fit.log").read_text()
     # The outputs are in DVC, and the run is an experiment with its params (real types) and metrics.
     for path in ("results/data/digits.npz.dvc", "results/model.pt.dvc"):
         assert (local_run / path).is_file(), path
@@ -176,7 +176,7 @@ def test_sweep_halves_continues_and_records_every_trial(tmp_path: Path) -> None:
             log = (repo / f"logs/sweeps/digits/{trial}/rung{rung.index}/train.log").read_text()
             assert f"continuing from epoch {previous + 1}: the final state of an earlier run" in log
             assert f"trials/{trial}/rung{rung.index - 1}/state.pt" in log
-            epochs = [int(e) for e in re.findall(r"digits: epoch (\d+) train_loss", log)]
+            epochs = [int(e) for e in re.findall(r"snakedvc.torch.resume: epoch (\d+): train_loss", log)]
             assert epochs == list(range(previous + 1, rung.epochs + 1)), (trial, rung, epochs)
 
     # Every trial is a DVC experiment with its params and validation accuracy; the best is marked.

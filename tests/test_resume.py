@@ -9,6 +9,7 @@ differently on every rank, SGD with momentum, and a history kept in the checkpoi
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import os
 import re
@@ -25,6 +26,7 @@ from torch import nn
 
 from snakedvc.torch import EXIT_CHECKPOINTED, Resumable, TrainingStopped, add_resume_arguments
 from snakedvc.torch.distributed import session
+from snakedvc.torch.options import CONTINUE_FROM_ENV, FINAL_STATE_ENV
 
 BATCH = 16
 N_SAMPLES = 256
@@ -227,6 +229,84 @@ def test_extra_state_may_not_overwrite_the_checkpoints_own_keys(tmp_path: Path) 
 def test_save_before_load_is_an_error(tmp_path: Path) -> None:
     with pytest.raises(RuntimeError, match="load"):
         Resumable({"lr": 1}, root=tmp_path).save()
+
+
+# ---------------------------------------------------------------- the short form: epochs, log, finish
+
+
+def train_short(data: Path, out: Path, epochs: int = 6, kill_at: int = 0, **options) -> dict[str, torch.Tensor]:
+    """The tutorial's loop: Resumable(...), resume.epochs, resume.steps, resume.log, resume.finish."""
+    torch.manual_seed(0)
+    tensors = torch.load(data, weights_only=True)
+    X, y = tensors["X"], tensors["y"]
+    model = nn.Sequential(nn.Linear(X.shape[1], 32), nn.ReLU(), nn.Dropout(0.3), nn.Linear(32, 1))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    resume = Resumable({"epochs": epochs}, inputs=[data], root=out / "ckpt", live=out / "live", **options)
+    done = 0
+    for epoch in resume.epochs(epochs, model, optimizer):
+        order = torch.randperm(len(X), generator=torch.Generator().manual_seed(epoch))
+        model.train()
+        for _, batch in resume.steps(order.split(BATCH), epoch):
+            loss = ((model(X[batch]).squeeze(-1) - y[batch]) ** 2).mean()
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+            done += 1
+            if done == kill_at:
+                os.kill(os.getpid(), signal.SIGTERM)
+        model.eval()
+        with torch.no_grad():
+            resume.log(loss=float(((model(X).squeeze(-1) - y) ** 2).mean()))
+    resume.finish(final_loss=1.5)
+    return {name: value.clone() for name, value in model.state_dict().items()}
+
+
+@pytest.mark.parametrize("kill_at", [STEPS_PER_EPOCH, 3 * STEPS_PER_EPOCH + 5], ids=["epoch-end", "mid-epoch"])
+def test_the_short_form_resumes_bit_for_bit_and_logs_every_epoch_once(data, tmp_path: Path, kill_at, caplog) -> None:
+    from tests.conftest import folder_files  # here: this file also runs as a script, without the tests package
+
+    straight = train_short(data, tmp_path / "straight")
+    with pytest.raises(TrainingStopped):
+        train_short(data, tmp_path / "stopped", kill_at=kill_at)
+    with caplog.at_level(logging.INFO, logger="snakedvc"):
+        resumed = train_short(data, tmp_path / "stopped")
+    assert "resumed from epoch" in caplog.text
+    assert re.search(r"epoch 6: loss \d", caplog.text)  # resume.log's line
+    assert straight.keys() == resumed.keys() and all(torch.equal(straight[k], resumed[k]) for k in straight)
+    # dvclive's folder: every epoch once, as the straight run's (the rows came back with the checkpoint).
+    assert folder_files(tmp_path / "stopped/live") == folder_files(tmp_path / "straight/live")
+    assert json.loads((tmp_path / "straight/live/metrics.json").read_text())["final_loss"] == 1.5
+    assert checkpoints(tmp_path / "stopped") == []
+
+
+def test_the_short_form_takes_a_trials_states_from_launchs_environment(data, tmp_path: Path, monkeypatch) -> None:
+    from tests.conftest import folder_files
+
+    straight = train_short(data, tmp_path / "straight", epochs=6)
+    monkeypatch.setenv(FINAL_STATE_ENV, str(tmp_path / "rung0.pt"))
+    train_short(data, tmp_path / "rung0", epochs=3)
+    assert (tmp_path / "rung0.pt").is_file()
+    monkeypatch.setenv(FINAL_STATE_ENV, str(tmp_path / "rung1.pt"))
+    monkeypatch.setenv(CONTINUE_FROM_ENV, str(tmp_path / "rung0.pt"))
+    longer = train_short(data, tmp_path / "rung1", epochs=6)
+    assert all(torch.equal(straight[k], longer[k]) for k in straight)
+    # The curve continues across rungs: rung 1's folder holds epochs 1..6, as the straight run's.
+    assert folder_files(tmp_path / "rung1/live") == folder_files(tmp_path / "straight/live")
+
+
+def test_launch_hands_the_states_to_the_command_in_its_environment(tmp_path: Path) -> None:
+    show = "import os; print(os.environ['SNAKEDVC_CONTINUE_FROM'], os.environ['SNAKEDVC_FINAL_STATE'])"
+    proc = subprocess.run(
+        [sys.executable, "-m", "snakedvc", "launch", "--continue-from", "a/s.pt", "--final-state", "b/s.pt",
+         "--", sys.executable, "-c", show],
+        cwd=tmp_path, capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    assert proc.stdout.split() == [str(tmp_path / "a/s.pt"), str(tmp_path / "b/s.pt")]
+
+
+def test_log_outside_an_epoch_is_an_error(tmp_path: Path) -> None:
+    with pytest.raises(RuntimeError, match="inside resume.epochs"):
+        Resumable({"lr": 1}, root=tmp_path).log(loss=1.0)
 
 
 @pytest.mark.slow

@@ -194,6 +194,45 @@ def test_trial_rule_helpers_give_the_contract_files_and_quoted_arguments() -> No
     assert '"max_epochs": 4' in plan.section("train")(Wildcards) and '"lr": 0.02' in plan.section("train")(Wildcards)
 
 
+def test_a_rules_flags_and_trial_args_are_the_trials_in_its_jobs_and_the_configs_elsewhere(
+    tmp_path, monkeypatch
+) -> None:
+    """``snakedvc.flags(config, key)`` and ``SWEEP.trial_args()`` in the plain rule serve the trial
+    rule made from it: a trial's job gets the trial's values and states, any other job the config's."""
+    from snakedvc.engine.sweep import plan as sweep_plan
+    from snakedvc.engine.workflow import flags, targets
+
+    config = sweep_config(space={"train.lr": [0.01, 0.02]}, min_epochs=2)
+    plan = sweep_plan(config)
+    hp, trial_args = flags(config, "train"), plan.trial_args()
+
+    class Trial:
+        trial, rung = "t001", "1"
+
+    class Plain:  # the plain rule's job: no wildcards
+        pass
+
+    class Other:  # a job of the user's with wildcards of these names that name no trial of the sweep
+        trial, rung = "best", "1"
+
+    assert "--lr 0.02" in hp(Trial) and "--max-epochs 4" in hp(Trial)
+    plain = flags(config["train"])
+    assert hp(Plain) == plain == hp(Other) and "--lr 0.001" in plain
+    assert trial_args(Trial) == (
+        f"--final-state {plan.root}/trials/t001/rung1/state.pt --continue-from {plan.root}/trials/t001/rung0/state.pt"
+    )
+    assert trial_args(Plain) == trial_args(Other) == "" and plan.previous_state(Plain) == []
+    monkeypatch.chdir(tmp_path)  # no DVC repository: no records
+    assert targets(config, "results/model.pt", track="results/model.pt") == [plan.report]
+    (tmp_path / ".dvc").mkdir()
+    assert targets(config, "results/model.pt", track="results/model.pt") == [plan.report, f"{plan.report}.dvc"]
+    config["snakedvc"]["sweep"]["enabled"] = False
+    assert flags(config, "train")(Trial) == plain and sweep_plan(config).trial_args()(Trial) == ""
+    assert targets(config, "results/model.pt", "results/metrics.json", track=["results/model.pt"]) == [
+        "results/model.pt", "results/metrics.json", "results/model.pt.dvc",
+    ]  # fmt: skip
+
+
 @pytest.mark.parametrize(
     ("direction", "ranking"), [("min", ["t002", "t000", "t003"]), ("max", ["t000", "t003", "t002"])]
 )

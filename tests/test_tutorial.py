@@ -59,7 +59,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 
-from snakedvc.torch import Resumable, add_resume_arguments
+from snakedvc.torch import Resumable
 
 
 def main():
@@ -71,7 +71,6 @@ def main():
     parser.add_argument("--data", required=True)
     parser.add_argument("--model", required=True)
     parser.add_argument("--metrics", required=True)
-    add_resume_arguments(parser)  # --checkpoint-dir, --continue-from, --final-state
     args = parser.parse_args()
     rank, world = int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
     if world > 1:
@@ -83,10 +82,9 @@ def main():
     y = {s: torch.from_numpy(data[f"y_{s}"]) for s in ("train", "valid", "test")}
     model = nn.Sequential(nn.Linear(8, args.hidden), nn.ReLU(), nn.Linear(args.hidden, 2))
     optimizer = torch.optim.SGD(model.parameters(), lr=args.lr)
-    resume = Resumable.from_args(args, vars(args), inputs=[args.data])
-    start = resume.load(model, optimizer, first_epoch=1)
+    resume = Resumable(vars(args), inputs=[args.data])
     net = nn.parallel.DistributedDataParallel(model) if world > 1 else model
-    for epoch in range(start.epoch, args.epochs + 1):
+    for epoch in resume.epochs(args.epochs, model, optimizer):
         order = torch.randperm(600, generator=torch.Generator().manual_seed(args.seed * 1000 + epoch))
         for _, batch in resume.steps(order.split(30), epoch):
             mine = batch[rank::world]
@@ -95,7 +93,7 @@ def main():
             loss.backward()
             optimizer.step()
         print(f"epoch {epoch} loss {loss.item():.4f}", flush=True)
-        resume.save()
+        resume.log(loss=loss.item())
     resume.finish()
     if rank == 0:
         with torch.no_grad():
@@ -140,8 +138,8 @@ def test_the_readmes_train_py_lines_are_the_ones_the_tutorial_project_uses() -> 
     assert shown and [line for line in shown if line not in lines] == []
     # The README's counts of the kit's lines are what its blocks hold.
     snakefile = readme_blocks()["Snakefile"]
-    assert sum("# kit" in line for line in snakefile.splitlines()) == 15
-    assert len(shown) == 8
+    assert sum("# kit" in line for line in snakefile.splitlines()) == 11
+    assert len(shown) == 6
 
 
 @pytest.fixture(scope="module")
@@ -172,7 +170,9 @@ def test_the_tutorial_runs_locally_end_to_end(project: Path) -> None:
     assert record["metrics"]["results/metrics.json"] == first and record["params"]["train"]["lr"] == 0.1
     seen = git(project, "status", "--porcelain", "--untracked-files=all").split()
     assert [p for p in seen if p != "??"] == ["results/model.pt.dvc"], seen
-    assert "epoch 10 loss" in (project / "logs/fit.log").read_text()  # train.py's print()s reach the log
+    fit_log = (project / "logs/fit.log").read_text()
+    assert "epoch 10 loss" in fit_log  # train.py's print()s reach the log
+    assert re.search(r"epoch 10: loss \d", fit_log), fit_log[-2000:]  # and resume.log's line
 
     # Another learning rate retrains (params: reach the command) and is a second experiment.
     snakemake(project, "--profile", "profiles/local", "--config", "train={lr: 0.3}")
@@ -207,6 +207,9 @@ def test_the_tutorial_runs_locally_end_to_end(project: Path) -> None:
     assert len(trials) == 4
     for trial in trials.values():
         assert trial["metrics"]["results/metrics.json"] is None and trial["metrics"]["results/trial.json"]
+    # Rung 1 (4 epochs) continued each survivor from its rung-0 state (2 epochs): launch handed it on.
+    later = sorted((project / "logs/sweeps/first").glob("*/rung1/train.log"))
+    assert len(later) == 2 and all("continuing from epoch 3" in text_of(p) for p in later), [text_of(p) for p in later]
 
     # A detached run after the sweep: trains with its param and saves its experiment.
     run_id = run(

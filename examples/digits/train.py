@@ -22,8 +22,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 
-from snakedvc.live import EpochLog
-from snakedvc.torch import Resumable, add_resume_arguments
+from snakedvc.torch import Resumable
 
 log = logging.getLogger("digits")
 
@@ -39,7 +38,6 @@ def parse_args() -> argparse.Namespace:
         help="where to write the accuracies (JSON); the test confusion matrix goes beside it",
     )
     parser.add_argument("--live", required=True, help="dvclive folder: hyperparameters and per-epoch metrics")
-    add_resume_arguments(parser)  # --checkpoint-dir, --continue-from, --final-state
     return parser.parse_args()
 
 
@@ -100,15 +98,13 @@ def train(args: argparse.Namespace) -> None:
     ).to(device)
     optimizer = torch.optim.Adam(model.parameters(), lr=hp["lr"], weight_decay=hp["weight_decay"])
 
-    # Checkpoints are keyed by the hyperparameters and the data's bytes: other ones never resume from them.
-    resume = Resumable.from_args(args, hp, inputs=[args.data])
-    # Per-epoch metrics in dvclive's files, written by process 0 as each epoch ends; the epochs
-    # logged so far travel in the checkpoint, so a resumed run's folder is a straight run's.
-    live = EpochLog(args.live, main=rank == 0, params=hp)
-    start = resume.load(model, optimizer, extra=lambda: {"live": live.rows}, first_epoch=1)  # the newest checkpoint
-    live.restore(start.extra.get("live", []))
+    # Checkpoints are keyed by the hyperparameters and the data's bytes: other ones never resume
+    # from them. Per-epoch metrics go to dvclive's files (written by process 0 as each epoch
+    # ends); the epochs logged so far travel in the checkpoint, so a resumed run's folder is a
+    # straight run's. A sweep trial's states come through `snakedvc launch`.
+    resume = Resumable(hp, inputs=[args.data], live=args.live)
     net = nn.parallel.DistributedDataParallel(model) if world > 1 else model
-    for epoch in range(start.epoch, hp["epochs"] + 1):
+    for epoch in resume.epochs(hp["epochs"], model, optimizer):  # from the newest checkpoint
         # The batch order is a pure function of (seed, epoch), the same on every process: a resume replays it.
         order = torch.randperm(len(X["train"]), generator=torch.Generator().manual_seed(hp["seed"] * 1000 + epoch))
         net.train()
@@ -121,29 +117,26 @@ def train(args: argparse.Namespace) -> None:
             optimizer.step()
         train_loss, _ = evaluate(model, X["train"], y["train"])
         _, valid_accuracy = evaluate(model, X["valid"], y["valid"])
-        if rank == 0:
-            log.info("epoch %d train_loss %.4f valid_accuracy %.4f", epoch, train_loss, valid_accuracy)
-        live.epoch(epoch, train_loss=train_loss, valid_accuracy=valid_accuracy)
-        resume.save()
-    resume.finish()  # the final state (--final-state) for a longer run to continue from; checkpoints removed
-
-    if rank == 0:
-        write_results(args, model, X, y, live)
-
-
-def write_results(args: argparse.Namespace, model: nn.Module, X: dict, y: dict, live: EpochLog) -> None:
-    """The model, its metrics, the test confusion matrix and dvclive's summary (process 0 only)."""
-    torch.save({key: value.cpu() for key, value in model.state_dict().items()}, args.model)
+        resume.log(train_loss=train_loss, valid_accuracy=valid_accuracy)
     metrics = {
         "valid_accuracy": evaluate(model, X["valid"], y["valid"])[1],
         "test_accuracy": evaluate(model, X["test"], y["test"])[1],
-        "epochs": args.hparams["epochs"],
+        "epochs": hp["epochs"],
     }
+    # The final state (a sweep's next rung continues from it); checkpoints removed; the test
+    # accuracy beside the last epoch's metrics in dvclive's summary.
+    resume.finish(test_accuracy=metrics["test_accuracy"])
+    if rank == 0:
+        write_results(args, model, X, y, metrics)
+
+
+def write_results(args: argparse.Namespace, model: nn.Module, X: dict, y: dict, metrics: dict) -> None:
+    """The model, its metrics and the test confusion matrix (process 0 only)."""
+    torch.save({key: value.cpu() for key, value in model.state_dict().items()}, args.model)
     with open(args.metrics, "w") as handle:
         json.dump(metrics, handle, indent=2, sort_keys=True)
     plot_confusion(model, X["test"], y["test"], Path(args.metrics).with_name("confusion.png"))
     log.info("valid accuracy %.4f, test accuracy %.4f", metrics["valid_accuracy"], metrics["test_accuracy"])
-    live.finish(test_accuracy=metrics["test_accuracy"])
 
 
 def main() -> int:

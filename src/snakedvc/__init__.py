@@ -1,34 +1,39 @@
 """snakedvc: a kit that any Snakemake project adopts in a few lines.
 
-Public API (everything else is internal):
+Public API (everything else is internal; ``API`` below says which names each capability needs):
 
 In a Snakefile
-- ``configure(config, workflow)``: validate the config at start (the ``snakedvc`` key against
-  the kit's schema, the rest against the workflow's own schema), with --config values typed.
-- ``module_path(name)``: a Snakemake module the kit ships (``"tracking"``, ``"sweep"``).
-- ``sweep_plan(config)``: the sweep of ``snakedvc.sweep``: the trial rule's outputs, params and
-  inputs (``outputs``, ``flags``, ``section``, ``trial_args``, ``log``, ``benchmark``), the winner (``best``).
-- ``tracked(config, *outputs)``: the ``.dvc`` targets that record outputs in DVC (checked first:
-  an output DVC would refuse stops the run before any job).
-- ``flags(section)``: a config section as ``--name value`` flags for an argparse script (the sweep
-  plan's ``flags(key)`` gives a trial's).
+- ``include: snakedvc.module_path("kit")`` (after ``configfile:``): the config validated (the
+  ``snakedvc`` key against the kit's schema, the rest against the workflow's own, --config values
+  typed), the kit's rules (``dvc add`` of finished outputs on the submit host; a sweep's rungs and
+  report) and, at the end of a successful run, the run saved as a DVC experiment holding only what
+  its own DAG produced (a sweep: one per trial).
+- ``targets(config, *outputs, track=...)``: what ``rule all`` asks for: the outputs and the ``.dvc``
+  records of ``track`` (checked first: an output DVC would refuse stops the run before any job);
+  while sweeping, the sweep's report.
+- ``flags(config, key)``: a config section as ``--name value`` flags for an argparse script, in
+  ``params:`` (in a sweep trial's job: the trial's values at its rung).
+- ``sweep_plan(config)``: the sweep of ``snakedvc.sweep``: the trial rule's input, outputs, log and
+  benchmark (``previous_state``, ``outputs``, ``log``, ``benchmark``) and ``trial_args()`` for
+  ``snakedvc launch``; the winner (``best``).
 - ``training_resources(nodes, gpus_per_node)``: a training rule's SLURM resources for that layout
   (``resources: **snakedvc.training_resources(K, G)``).
-- ``finish_run(config, workflow)``: in ``onsuccess``, save the run (or every sweep trial) as a DVC
-  experiment holding only what the run's own DAG produced.
-- ``ConfigError``, ``validate_config(config, schema)``: schema validation for a user's own checks.
+- Without the kit's include (rules of its own names, an ``onsuccess`` of its own):
+  ``configure(config, workflow)``, ``tracked(config, *outputs)``, ``finish_run(config, workflow)``;
+  ``ConfigError``, ``validate_config(config, schema)`` for checks of a user's own.
 
-In a step a rule runs
+In a step a rule runs (optional: Snakemake's ``log:`` and its removal of a failed job's outputs do
+the rest)
 - ``log_to(path)``: stderr and logging into the rule's ``log:`` file, first thing.
 - ``atomic_path(path)``: write an output to a temporary file renamed into place on success,
-  so a failed step never leaves a half-written output.
+  so nothing ever reads a half-written output.
 - ``progress(items, total=, desc=, unit=, weight=)``: a tqdm bar at a terminal, plain lines in
   a log file or a SLURM job.
 
 On the command line: ``snakedvc launch -- COMMAND`` (1 process, torchrun, srun + torchrun),
 ``snakedvc restore NAME``, ``snakedvc submit`` (a detached run pinned to the code as it is;
-``runs``, ``logs``, ``cancel``, ``resume``, ``clean``). In a training loop: ``snakedvc.torch`` (the ``torch`` extra),
-``snakedvc.live.EpochLog`` (per-epoch metrics through dvclive on rank 0; the ``live`` extra).
+``runs``, ``logs``, ``cancel``, ``resume``, ``clean``). In a training loop: ``snakedvc.torch``
+(the ``torch`` extra): ``Resumable`` (``epochs``, ``steps``, ``log``, ``finish``).
 """
 
 from __future__ import annotations
@@ -43,7 +48,7 @@ if TYPE_CHECKING:
     from snakedvc.engine.config import ConfigError, validate_config
     from snakedvc.engine.sweep import plan as sweep_plan
     from snakedvc.engine.tracking import finish_run
-    from snakedvc.engine.workflow import configure, flags, module_path, tracked, training_resources
+    from snakedvc.engine.workflow import configure, flags, module_path, targets, tracked, training_resources
 
 # The host side's names, imported on first use: a step (`from snakedvc import atomic_path`) in a
 # job loads no host-side module (and needs none of the engine install).
@@ -55,6 +60,7 @@ _HOST = {
     "configure": ("workflow", "configure"),
     "flags": ("workflow", "flags"),
     "module_path": ("workflow", "module_path"),
+    "targets": ("workflow", "targets"),
     "tracked": ("workflow", "tracked"),
     "training_resources": ("workflow", "training_resources"),
 }
@@ -73,19 +79,13 @@ def __getattr__(name: str) -> Any:
 # them equal and resolves each): a name and, for an object, the members used. Everything else
 # in __all__ and in snakedvc.torch / snakedvc.live is optional.
 API: dict[str, dict[str, tuple[str, ...]]] = {
-    "a workflow on the kit, every run a DVC experiment": {
-        "configure": (), "module_path": (), "tracked": (), "finish_run": (),
-    },
-    "a step's outputs and log": {"log_to": (), "atomic_path": ()},
+    "a workflow on the kit, every run a DVC experiment": {"module_path": (), "targets": ()},
     "an argparse script as a rule": {"flags": ()},
     "1 GPU, N GPUs, N nodes": {"training_resources": ()},
-    "resume after SIGTERM, time limit, preemption": {
-        "torch.Resumable": ("from_args", "load", "steps", "save", "finish"), "torch.add_resume_arguments": (),
+    "resume after SIGTERM, time limit, preemption; per-epoch metrics": {
+        "torch.Resumable": ("epochs", "steps", "log", "finish"),
     },
-    "sweeps": {
-        "sweep_plan": ("outputs", "trial_args", "previous_state", "flags", "log", "benchmark", "targets", "best"),
-    },
-    "per-epoch metrics (dvclive)": {"live.EpochLog": ("epoch", "restore", "rows", "finish")},
+    "sweeps": {"sweep_plan": ("outputs", "previous_state", "trial_args", "log", "benchmark")},
 }  # fmt: skip
 
 __version__ = "0.1.0"
@@ -99,6 +99,7 @@ __all__ = [
     "module_path",
     "progress",
     "sweep_plan",
+    "targets",
     "tracked",
     "training_resources",
     "validate_config",

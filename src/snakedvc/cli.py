@@ -32,8 +32,14 @@ def cmd_launch(args: argparse.Namespace) -> None:
     import os
 
     from snakedvc.launch import Layout, run
+    from snakedvc.torch.options import CONTINUE_FROM_ENV, FINAL_STATE_ENV
 
     command = args.command_args[1:] if args.command_args[:1] == ["--"] else args.command_args
+    # A sweep trial's states reach snakedvc.torch.Resumable in every rank's environment, so the
+    # user's script needs no flags of the kit's.
+    for name, value in ((CONTINUE_FROM_ENV, args.continue_from), (FINAL_STATE_ENV, args.final_state)):
+        if value:
+            os.environ[name] = os.path.abspath(value)
     if args.log:  # the command's print()s belong in the rule's log too, not only its stderr
         sys.stdout.flush()
         os.dup2(2, 1)
@@ -188,6 +194,8 @@ def _add_step_commands(step: Step) -> None:
     )
     p.add_argument("--nodes", type=int, default=1, help="nodes of the SLURM allocation to run on")
     p.add_argument("--procs-per-node", type=int, default=1, help="processes per node (one per GPU)")
+    p.add_argument("--continue-from", metavar="STATE", help="a sweep trial's previous rung's state, for Resumable")
+    p.add_argument("--final-state", metavar="STATE", help="where Resumable.finish writes the final state")
     p.add_argument("command_args", nargs=argparse.REMAINDER, help="-- then the command, e.g. -- python train.py ...")
 
     p = step("sweep-promote", cmd_sweep_promote, "rank one rung's trials by their metric; keep the best")

@@ -53,7 +53,7 @@ metrics:
   # A sweep trial's metric, the rung it reached, whether it won (snakedvc writes it).
   - results/trial.json
 plots:
-  # Per-epoch curves, if your training logs through snakedvc.live.EpochLog to results/live.
+  # Per-epoch curves, if your training logs to results/live (Resumable(..., live="results/live")).
   - results/live/plots/metrics:
       x: step
 """

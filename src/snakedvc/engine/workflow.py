@@ -98,6 +98,21 @@ def tracking_enabled(config: Mapping[str, Any], root: str | Path = ".") -> bool:
     return settings.settings(config).tracking and (Path(root) / ".dvc").is_dir()
 
 
+def targets(config: Mapping[str, Any], *outputs: Any, track: Any = ()) -> list[str]:
+    """What ``rule all`` asks for: ``outputs``, and the DVC records (`.dvc` files) of ``track``.
+
+    While a sweep runs, its report and the report's record instead: each trial's outputs are
+    recorded as its own experiment when the sweep ends.
+    ``input: snakedvc.targets(config, rules.fit.output, track=rules.fit.output.model)``.
+    """
+    from snakedvc.engine.sweep import plan
+
+    sweep = plan(config)
+    if sweep.enabled:
+        return [sweep.report, *tracked(config, sweep.report)]
+    return [*_paths(outputs), *tracked(config, track)]
+
+
 def tracked(config: Mapping[str, Any], *outputs: Any) -> list[str]:
     """The `.dvc` targets that record these outputs in DVC (none where tracking is off or no DVC repo).
 
@@ -146,13 +161,26 @@ def preflight(paths: Sequence[str], root: str | Path = ".") -> None:
         raise ConfigError("outputs that DVC cannot track (snakedvc.tracked):\n  " + "\n  ".join(problems))
 
 
-def flags(values: Mapping[str, Any]) -> str:
+def flags(config: Mapping[str, Any], key: str | None = None) -> Any:
     """A config section as command-line flags for an ordinary argparse script, quoted for a shell:
     ``{"lr": 0.01, "hidden_sizes": [64, 32], "weight_decay": 0}`` gives
     ``--hidden-sizes 64 32 --lr 0.01 --weight-decay 0`` (sorted; ``_`` becomes ``-``, as argparse
     spells options; a list gives one word per item, for ``nargs="+"``; booleans are ``true``/``false``;
     a nested mapping is one JSON word). Use it in ``params:``, so that a changed value reruns the rule.
+
+    ``flags(config, "train")`` (a dotted key of the workflow's config) is a params function: the
+    section's flags, or in a sweep trial's job the trial's values at its rung, so a trial rule
+    made with ``use rule … with:`` restates no params. ``flags(section)`` gives the words now.
     """
+    if key is None:
+        return _flag_words(config)
+    from snakedvc.engine.sweep import plan
+    from snakedvc.engine.sweep.space import get_dotted
+
+    return plan(config).flags(key, fallback=_flag_words(get_dotted(config, key)))
+
+
+def _flag_words(values: Mapping[str, Any]) -> str:
     words: list[str] = []
     for key in sorted(values):
         value = values[key]

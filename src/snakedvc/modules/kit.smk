@@ -1,10 +1,20 @@
-# snakedvc in one line of a Snakefile: tracking (`dvc add` of finished outputs on the submit host)
-# and sweeps, as rules kit_track, kit_rung and kit_report.
+# snakedvc in one line of a Snakefile, after `configfile:`:
 #
 #   include: snakedvc.module_path("kit")
 #
+# - the config validated (snakedvc.configure: the `snakedvc` key against the kit's schema, the
+#   rest against the workflow's own, --config values typed) before any rule reads it;
+# - tracking (`dvc add` of finished outputs on the submit host) and sweeps, as the rules
+#   kit_track, kit_rung and kit_report;
+# - at the end of a successful run, the run saved as a DVC experiment (a sweep: one per trial).
+#   Snakemake keeps one `onsuccess`: a workflow's own replaces this one, and then calls
+#   snakedvc.finish_run(config, workflow) itself.
+#
 # The two modules it uses, which a workflow may also use one at a time under names of its own.
 import snakedvc
+
+
+snakedvc.configure(config, workflow)
 
 
 module snakedvc_tracking:
@@ -25,3 +35,7 @@ module snakedvc_sweep:
 
 
 use rule * from snakedvc_sweep as kit_*
+
+
+onsuccess:
+    snakedvc.finish_run(config, workflow)

@@ -5,6 +5,10 @@ from __future__ import annotations
 
 import argparse
 
+# Where `snakedvc launch --continue-from/--final-state` leaves a sweep trial's states for Resumable.
+CONTINUE_FROM_ENV = "SNAKEDVC_CONTINUE_FROM"
+FINAL_STATE_ENV = "SNAKEDVC_FINAL_STATE"
+
 
 def add_resume_arguments(
     parser: argparse.ArgumentParser,

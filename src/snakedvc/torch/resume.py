@@ -2,21 +2,19 @@
 
 A plain ``train.py`` adopts it in a few lines::
 
-    from snakedvc.torch import EXIT_CHECKPOINTED, Resumable, TrainingStopped
+    from snakedvc.torch import Resumable
 
-    resume = Resumable(hparams, inputs=[data_path])       # keyed by params + input bytes; SIGTERM/SIGINT handler
-                                                          # (or Resumable.from_args(args, ...): add_resume_arguments)
-    start = resume.load(model, optimizer, extra=lambda: {"history": history})
-    history = start.extra.get("history", [])
-    for epoch in range(start.epoch, epochs):
+    resume = Resumable(vars(args), inputs=[args.data])    # keyed by params + input bytes; SIGTERM/SIGINT handler
+    for epoch in resume.epochs(args.epochs, model, optimizer):   # 1..N, from the newest checkpoint
         for step, batch in resume.steps(batches(epoch), epoch):
             ...                                           # one optimizer step
-        history.append(...)
-        resume.save()                                     # periodic checkpoint: rank 0, atomic
-    resume.finish()                                       # final state if asked; checkpoints removed
+        resume.log(valid_loss=...)                        # the epoch's metrics (kept in the checkpoint)
+    resume.finish(test_loss=...)                          # final state if asked; checkpoints removed
 
-and exits with ``EXIT_CHECKPOINTED`` on ``TrainingStopped``: the non-zero exit
-makes Snakemake retry the job, and the retry resumes. Checkpoints hold the
+Each epoch ends in a checkpoint (rank 0, atomic). On SIGTERM ``steps`` checkpoints the current
+step and raises ``TrainingStopped``, a ``SystemExit`` with ``EXIT_CHECKPOINTED``: the non-zero
+exit makes Snakemake retry the job, and the retry resumes. ``load``/``save`` are the same steps
+one by one, for a loop that counts epochs its own way. Checkpoints hold the
 model, optimizer, every rank's RNG states, the data position (epoch, step) and
 the user's ``extra`` state. What a checkpoint cannot hold must be a pure
 function of the position for an exact resume: the batch order of an epoch
@@ -34,6 +32,7 @@ from __future__ import annotations
 import argparse
 import copy
 import logging
+import os
 import signal
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -45,6 +44,7 @@ from torch.optim import Optimizer
 
 from snakedvc.errors import CheckpointBusy, TrainingStopped
 from snakedvc.lease import DEFAULT_LEASE_WAIT_S, CheckpointLease
+from snakedvc.live import EpochLog
 from snakedvc.torch.checkpoint import (
     CheckpointStore,
     StopRequest,
@@ -55,6 +55,7 @@ from snakedvc.torch.checkpoint import (
     set_rng_state,
 )
 from snakedvc.torch.distributed import DistContext, all_gather, all_sum, detect
+from snakedvc.torch.options import CONTINUE_FROM_ENV, FINAL_STATE_ENV
 
 log = logging.getLogger(__name__)
 
@@ -62,6 +63,7 @@ T = TypeVar("T")
 
 # Keys of a checkpoint that are the helper's own; the user's extra state takes any others.
 RESERVED = frozenset({"format", "key", "epoch", "step", "model", "optimizer", "rng", "rng_ranks", "reason", "path"})
+METRICS_KEY = "epoch_metrics"  # the rows of Resumable.log, restored with the checkpoint
 
 
 class Stop(Protocol):
@@ -93,8 +95,10 @@ class Resumable:
     ``root``, so a checkpoint of other params or other data is never used. ``continue_from`` (a
     path, or a state already loaded) is where to start when there is no checkpoint: the final
     state of an earlier, shorter run of the same trial; ``final_state`` is where ``finish`` writes
-    the state at the end. ``root=None`` keeps no checkpoints. ``stop`` defaults to a StopRequest on
-    SIGTERM and SIGINT; ``ctx`` to the torchrun environment. ``lease_wait_s``: how long ``load``
+    the state at the end. Left out, both come from ``snakedvc launch --continue-from/--final-state``
+    (a sweep trial's, through the environment). ``root=None`` keeps no checkpoints. ``live``: a
+    folder where rank 0 writes the metrics of ``log`` in dvclive's layout (the ``live`` extra).
+    ``stop`` defaults to a StopRequest on SIGTERM and SIGINT; ``ctx`` to the torchrun environment. ``lease_wait_s``: how long ``load``
     waits for another trainer that holds the checkpoint folder before it raises CheckpointBusy.
     """
 
@@ -104,6 +108,7 @@ class Resumable:
         inputs: Sequence[str | Path] = (),
         *,
         root: str | Path | None = ".checkpoints",
+        live: str | Path | None = None,
         keep: int = 2,
         keep_checkpoints: bool = False,
         continue_from: str | Path | Mapping[str, Any] | None = None,
@@ -113,6 +118,10 @@ class Resumable:
         lease_wait_s: float = DEFAULT_LEASE_WAIT_S,
     ) -> None:
         self.ctx = ctx or detect()
+        if continue_from is None:
+            continue_from = os.environ.get(CONTINUE_FROM_ENV) or None
+        if final_state is None:
+            final_state = os.environ.get(FINAL_STATE_ENV) or None
         self.lease_wait_s = lease_wait_s
         self._lease: CheckpointLease | None = None  # rank 0's, from load to finish or stop
         self.keep_checkpoints = keep_checkpoints
@@ -132,6 +141,14 @@ class Resumable:
         self._extra: Callable[[], dict[str, Any]] | None = None
         self._next: tuple[int, int] | None = None  # where training continues after the last completed epoch
         self._skip: tuple[int, int] | None = None  # the resumed position, whose steps ``steps`` skips once
+        self._epoch: int | None = None  # the epoch ``steps`` or ``epochs`` is in, which ``log`` logs
+        # Rank 0 writes dvclive's files; every rank keeps the rows, which travel in the checkpoint.
+        params = dict(key) if isinstance(key, Mapping) else None
+        if live is not None and self.ctx.is_main:
+            self._metrics = EpochLog(live, params=params)
+        else:
+            self._metrics = EpochLog(".", main=False)  # rows only
+        self.start: Start | None = None  # where ``load`` started: epoch, step, the user's extra state
 
     @classmethod
     def from_args(
@@ -147,6 +164,37 @@ class Resumable:
             lease_wait_s=args.lease_wait,
             **kwargs,
         )
+
+    def epochs(
+        self,
+        last: int,
+        model: nn.Module,
+        optimizer: Optimizer | None = None,
+        *,
+        first: int = 1,
+        extra: Callable[[], dict[str, Any]] | None = None,
+    ) -> Iterator[int]:
+        """Epochs ``first``..``last`` of ``model`` (and ``optimizer``), from where the newest
+        checkpoint says: ``load`` before the first, ``save`` after each one's body has run
+        (a ``break`` saves nothing more; call ``finish``). ``extra`` as for ``load``."""
+        start = self.load(model, optimizer, extra, first_epoch=first)
+        for epoch in range(start.epoch, last + 1):
+            self._epoch = epoch
+            yield epoch
+            self.save()
+
+    def log(self, **metrics: float) -> None:
+        """The current epoch's metrics (every rank calls it; rank 0's are written): a line in the
+        log and, with ``live``, a row of dvclive's files, on disk at once. They are kept in the checkpoints, so a
+        resumed run's files hold every epoch once, as a straight run's do."""
+        if self._epoch is None:
+            raise RuntimeError(
+                "Resumable.log logs an epoch's metrics: call it inside resume.epochs(...) or after steps"
+            )
+        self._metrics.epoch(self._epoch, **metrics)
+        if self.ctx.is_main:
+            shown = " ".join(f"{name} {value:.6g}" for name, value in metrics.items())
+            log.info("epoch %d: %s", self._epoch, shown)
 
     def load(
         self,
@@ -168,7 +216,9 @@ class Resumable:
         self._extra = extra
         self._take_lease()
         try:
-            return self._restore(self._model, optimizer, first_epoch)
+            self.start = self._restore(self._model, optimizer, first_epoch)
+            self._metrics.restore(self.start.extra.pop(METRICS_KEY, []))
+            return self.start
         except BaseException:  # a checkpoint that does not fit the model: no lease left behind
             self._release_lease()
             raise
@@ -205,6 +255,7 @@ class Resumable:
         """
         skip = self._skip[1] if self._skip and self._skip[0] == epoch else 0
         self._skip = None
+        self._epoch = epoch
         for step, batch in enumerate(batches):
             if step < skip:
                 continue
@@ -227,12 +278,14 @@ class Resumable:
         epoch, step = self._position(next_epoch, next_step)
         return self._checkpoint(epoch, step, "periodic")
 
-    def finish(self, next_epoch: int | None = None) -> dict[str, Any]:
+    def finish(self, next_epoch: int | None = None, **final: float) -> dict[str, Any]:
         """End of training (every rank): the final state, written to ``final_state`` if set; the
-        checkpoints removed unless ``keep_checkpoints``. Returns the state on rank 0, {} elsewhere.
+        checkpoints removed unless ``keep_checkpoints``; ``final`` metrics (a test score) beside the
+        last epoch's in the ``live`` folder. Returns the state on rank 0, {} elsewhere.
 
         A later run given the state as ``continue_from`` with more epochs continues exactly.
         """
+        self._metrics.finish(**final)
         epoch, step = self._position(next_epoch, 0)
         # A copy: the caller may load other weights (its best epoch's) into the model next.
         state = copy.deepcopy(self._state(epoch, step, "end of run"))
@@ -301,7 +354,7 @@ class Resumable:
         if self._model is None:
             raise RuntimeError("call Resumable.load(model, ...) before saving: it says what a checkpoint holds")
         extra = self._extra() if self._extra else {}
-        clash = RESERVED & extra.keys()
+        clash = (RESERVED | {METRICS_KEY}) & extra.keys()
         if clash:
             raise ValueError(f"extra state may not use the checkpoint's own keys: {', '.join(sorted(clash))}")
         rng = rng_state()
@@ -314,6 +367,8 @@ class Resumable:
             "reason": reason,
             **extra,
         }
+        if self._metrics.rows:
+            state[METRICS_KEY] = list(self._metrics.rows)
         if self.ctx.distributed:
             state["rng_ranks"] = all_gather(rng, self.ctx)
         return state

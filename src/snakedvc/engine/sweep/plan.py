@@ -184,32 +184,48 @@ class SweepPlan:
 
         return section_json
 
-    def flags(self, key: str) -> Callable[[Any], str]:
+    def flags(self, key: str, fallback: str | None = None) -> Callable[[Any], str]:
         """Params function: the trial's config section (dotted key) at this rung as ``--name value``
-        flags (snakedvc.flags), for a script that reads its hyperparameters with argparse."""
-        from snakedvc.engine.workflow import flags
+        flags (snakedvc.flags), for a script that reads its hyperparameters with argparse.
+        With ``fallback``, a job that is not one of this sweep's trials gets ``fallback``."""
+        from snakedvc.engine.workflow import _flag_words
 
         def section_flags(wildcards: Any) -> str:
-            return flags(get_dotted(self._config_of(wildcards), key))
+            if fallback is not None and not self._is_trial(wildcards):
+                return fallback
+            return _flag_words(get_dotted(self._config_of(wildcards), key))
 
         return section_flags
 
+    def _is_trial(self, wildcards: Any) -> bool:
+        """Whether a job's wildcards name one of this sweep's trials at one of its rungs."""
+        trial, rung = getattr(wildcards, "trial", None), getattr(wildcards, "rung", None)
+        if not self.enabled or trial is None or rung is None:
+            return False
+        return any(t.id == trial for t in self._trials) and str(rung).isdigit() and int(rung) < len(self._rungs)
+
     def previous_state(self, wildcards: Any) -> list[str]:
         """Input function: the state this trial's previous rung ended in (none in rung 0)."""
-        rung = int(wildcards.rung)
-        if rung == 0:
+        if not self._is_trial(wildcards) or int(wildcards.rung) == 0:
             return []
+        rung = int(wildcards.rung)
         return [self._path(wildcards.trial, rung - 1, self._settings.state_file)]
 
-    def trial_args(self, continue_flag: str, final_flag: str, metrics_flag: str = "") -> Callable[[Any], str]:
-        """Params function: the trial's contract as arguments of the user's script, quoted.
+    def trial_args(
+        self, continue_flag: str = "--continue-from", final_flag: str = "--final-state", metrics_flag: str = ""
+    ) -> Callable[[Any], str]:
+        """Params function: the trial's contract as arguments, quoted; nothing in a job that is no trial.
 
         ``FINAL_FLAG <state>`` (where to write the state a later rung continues from),
         ``CONTINUE_FLAG <previous rung's state>`` after rung 0, and ``METRICS_FLAG <metrics>``
-        where the script does not already get its metrics file from the rule's shell.
+        where the script does not already get its metrics file from the rule's shell. The
+        defaults are ``snakedvc launch``'s options, which hand the states to Resumable (put them
+        before launch's ``--``); a script's own flags of that meaning may be named instead.
         """
 
         def args(wildcards: Any) -> str:
+            if not self._is_trial(wildcards):
+                return ""
             trial, rung = wildcards.trial, int(wildcards.rung)
             words = [final_flag, self._path(trial, rung, self._settings.state_file)]
             for previous in self.previous_state(wildcards):
