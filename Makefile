@@ -33,9 +33,10 @@ run-slurm: setup
 digits: setup
 	cd examples/digits && ../../$(SNAKEMAKE) --profile ../../profiles/local
 
+# --durations: the slowest tests, to keep the whole run short (CI's target is 45 minutes).
 test: setup cluster-up browser
-	$(STEP_BIN)/python -m pytest tests/esol
-	$(BIN)/python -m pytest
+	$(STEP_BIN)/python -m pytest --durations=10 tests/esol
+	$(BIN)/python -m pytest --durations=25
 
 test-fast: setup
 	$(STEP_BIN)/python -m pytest -m "not slurm and not slow" tests/esol

@@ -117,7 +117,8 @@ def planned_jobs(text: str) -> list[str]:
 
 
 def test_a_detached_run_after_local_runs_and_a_sweep_plans_what_the_repository_would(tmp_path: Path) -> None:
-    from snakedvc.engine.runs import Run, training_progress
+    from snakedvc.engine.runs import Run
+    from snakedvc.engine.runs.state import training_progress
     from tests.test_runs import runs, snakedvc, submit, wait_until_ended
 
     repo = dvc_example(tmp_path / "repo")

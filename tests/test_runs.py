@@ -17,15 +17,10 @@ import pytest
 import yaml
 
 from snakedvc.engine.report import slurm_jobs
-from snakedvc.engine.runs import (
-    RunError,
-    controller_settings,
-    find_run,
-    freeze,
-    resume,
-    sbatch_command,
-    submitted_slurm_jobs,
-)
+from snakedvc.engine.runs import RunError, find_run, resume
+from snakedvc.engine.runs.state import submitted_slurm_jobs
+from snakedvc.engine.runs.submission import sbatch_command
+from snakedvc.engine.runs.workspace import controller_settings, freeze
 from tests.conftest import SMALL_RUN, dvc_experiments, dvc_project, md5, trainers_in
 from tests.conftest import git as git_output
 from tests.waiting import wait_until
@@ -285,7 +280,7 @@ def test_the_controller_job_matches_its_reference_command_line() -> None:
 
 
 def test_packages_installed_editable_from_the_repository_are_imported_from_the_workspace(tmp_path: Path) -> None:
-    from snakedvc.engine.runs import source_paths
+    from snakedvc.engine.runs.workspace import source_paths
     from tests.conftest import REPO
 
     workspace = tmp_path / "workspace"

@@ -1,4 +1,4 @@
-"""`snakedvc controller RUN_DIR`: the process that runs a submitted run's workflow (see runs.py).
+"""`snakedvc controller RUN_DIR`: the process that runs a submitted run's workflow (see snakedvc.engine.runs).
 
 It runs Snakemake in the run's workspace and records the outcome in run.json. It is the run's
 submit host: Snakemake's local rules and `onsuccess` (the DVC hook) run here, one DVC command
@@ -26,19 +26,11 @@ from types import FrameType
 from typing import Any
 
 from snakedvc import slurm
-from snakedvc.engine.runs import (
-    CANCEL_MARKER,
-    NOTHING_TO_BE_DONE,
-    Run,
-    RunError,
-    controller_settings,
-    describe_failure,
-    failure_reason,
-    jobs_in_workspace,
-    profile_dir,
-    squeue_states,
-    start_controller,
-)
+from snakedvc.engine.runs.control import jobs_in_workspace
+from snakedvc.engine.runs.record import CANCEL_MARKER, Run, RunError
+from snakedvc.engine.runs.state import NOTHING_TO_BE_DONE, describe_failure, failure_reason, squeue_states
+from snakedvc.engine.runs.submission import start_controller
+from snakedvc.engine.runs.workspace import controller_settings, profile_dir
 from snakedvc.engine.tracking import EXPERIMENT_NAME_ENV, EXPERIMENTS_FILE_ENV
 from snakedvc.slurm import SlurmUnavailable
 

@@ -34,7 +34,7 @@ import yaml
 
 from snakedvc import slurm
 from snakedvc.engine.records import dvc_yaml_entries, read_record, within
-from snakedvc.engine.runs import submitted_slurm_jobs
+from snakedvc.engine.runs.state import submitted_slurm_jobs
 from snakedvc.io import atomic_path
 from snakedvc.live import PLOTS_DIR, find_logs
 from snakedvc.slurm import ACTIVE_STATES

@@ -1,0 +1,114 @@
+"""Cancelling, resuming and cleaning up runs."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import time
+from pathlib import Path
+
+from snakedvc import slurm
+from snakedvc.engine.runs.record import ACTIVE_STATES, CANCEL_MARKER, FINISHED_STATES, Run, RunError
+from snakedvc.engine.runs.state import controller_alive, current_state, list_runs, squeue_states, state_and_why
+from snakedvc.engine.runs.submission import start_controller
+from snakedvc.engine.runs.workspace import locked, remove_workspace
+from snakedvc.slurm import SlurmUnavailable
+
+# --- controlling ------------------------------------------------------------------------------
+
+
+def jobs_in_workspace(run: Run) -> list[str]:
+    """Queued or running SLURM jobs whose working directory is the run's workspace (the rule
+    jobs of any of its controllers), the controllers themselves left out."""
+    workdirs = slurm.jobs_by_workdir()  # SlurmUnavailable: cannot tell
+    workspace = str(run.workspace)
+    return [jobid for jobid, workdir in workdirs.items() if workdir == workspace and jobid not in run.controller_jobs]
+
+
+def _tell_controller_to_cancel(run: Run) -> bool:
+    """SIGTERM to the run's controller process only (it sees the cancel marker); False when there is
+    no running controller to tell."""
+    if run.slurm:
+        controller = run.controller_jobs[-1:]
+        if not controller or squeue_states(controller).get(controller[0]) != "RUNNING":
+            return False
+        # Only the batch script's process, which is the controller (controller.sh execs it).
+        return slurm.cancel(controller, signal="TERM", batch_shell_only=True)
+    if run.controller_pid and controller_alive(run):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(run.controller_pid, signal.SIGTERM)
+            return True
+    return False
+
+
+def _stop_everything(run: Run) -> None:
+    """The controller, its Snakemake and steps, and every SLURM job of the run, at once."""
+    if run.slurm:
+        targets = [*run.controller_jobs[-1:], *jobs_in_workspace(run)]
+        slurm.cancel(targets)
+    elif run.controller_pid and controller_alive(run):
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(run.controller_pid, signal.SIGTERM)
+
+
+def cancel(run: Run, wait_s: float = 60) -> Run:
+    """Stop the run: its controller (no experiment is saved) and every SLURM job it submitted."""
+    state, why = state_and_why(run)
+    if state in FINISHED_STATES:
+        raise RunError(f"run {run.id} has already {'ended as ' + state if state != 'done' else 'finished'}")
+    if state == "unknown":
+        raise RunError(f"run {run.id} not cancelled: {why}. Try again when SLURM answers.")
+    (run.dir / CANCEL_MARKER).write_text(f"{time.time()}\n")
+    try:
+        # Why: the controller alone is told first; its Snakemake then cancels the run's jobs itself
+        # and stops without an "Error in rule" block for each job that the cancel killed (as when
+        # every process and job was signalled at once). What is left after half the wait is stopped.
+        told_controller = _tell_controller_to_cancel(run)
+        deadline = time.monotonic() + wait_s
+        forced = False
+        while time.monotonic() < deadline:
+            if not controller_alive(run) and not jobs_in_workspace(run):
+                break
+            if not forced and (not told_controller or time.monotonic() > deadline - wait_s / 2):
+                forced = True
+                _stop_everything(run)
+            time.sleep(0.5)
+        left = jobs_in_workspace(run)
+    except SlurmUnavailable as e:
+        raise RunError(f"run {run.id}: cancel asked, but {e}. `snakedvc cancel {run.id}` again finishes it.") from None
+    if left:
+        slurm.cancel(left, signal="KILL")
+    return run.update(state="cancelled", ended=time.time())
+
+
+def resume(run: Run) -> tuple[Run, bool]:
+    """Start a new controller for a run whose controller was lost (or that failed): finished
+    steps are kept, training resumes from its checkpoint. Returns (run, whether a controller was
+    started): a run whose controller lives is left as it is, so resuming twice starts one."""
+    with locked(run.dir / "resume.lock"):  # two resumes at once: the second sees the first's controller
+        run = Run.load(run.dir)
+        state, why = state_and_why(run)
+        if state == "unknown":
+            raise RunError(
+                f"run {run.id} not resumed: {why}. A second controller would run the workflow twice; "
+                "resume when SLURM answers (`snakedvc runs` shows the run's state)."
+            )
+        if state in ACTIVE_STATES:
+            return run, False
+        if state == "done":
+            raise RunError(f"run {run.id} has finished; submit a new run instead")
+        if not run.workspace.is_dir():
+            raise RunError(f"run {run.id}: its workspace {run.workspace} was removed (`snakedvc clean`)")
+        (run.dir / CANCEL_MARKER).unlink(missing_ok=True)
+        return start_controller(run.update(state="queued", exit_code=None, ended=None)), True
+
+
+def clean(root: Path) -> list[Run]:
+    """Remove the workspaces of finished runs (their results are in DVC); keep records and logs."""
+    removed = []
+    for run in list_runs(root):
+        if current_state(run) in FINISHED_STATES and run.workspace.exists():
+            remove_workspace(run)
+            removed.append(run)
+    return removed

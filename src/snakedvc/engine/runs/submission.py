@@ -1,0 +1,166 @@
+"""`snakedvc submit`: a run frozen, its workspace made, its controller started (a SLURM job or a process)."""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import os
+import secrets
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from snakedvc import slurm
+from snakedvc.engine.names import validate_experiment_name
+from snakedvc.engine.records import ignore_kit_folder
+from snakedvc.engine.runs.record import FINISHED_STATES, RUN_REF_PREFIX, Run, RunError, git, repository_root, this_host
+from snakedvc.engine.runs.state import list_runs
+from snakedvc.engine.runs.workspace import (
+    check_workflow_loads,
+    controller_settings,
+    earlier_outputs,
+    freeze,
+    head_commit,
+    make_workspace,
+    profile_dir,
+    profile_is_slurm,
+    python_environments,
+    remove_workspace,
+    source_paths,
+)
+from snakedvc.engine.settings import ControllerSettings
+from snakedvc.slurm import SlurmUnavailable, SubmissionFailed, submit_once
+
+# --- starting a controller --------------------------------------------------------------------
+
+
+def controller_command(run: Run) -> list[str]:
+    return [sys.executable, "-m", "snakedvc", "controller", str(run.dir)]
+
+
+def controller_job_name(run: Run) -> str:
+    return f"snakedvc-{run.name}"
+
+
+def controller_job_comment(run: Run) -> str:
+    """Unique to one controller attempt: how a submission whose sbatch timed out is found (submit_once)."""
+    return f"snakedvc-run-{run.id}-attempt-{run.attempt}"
+
+
+def sbatch_command(run: Run, job: ControllerSettings, script: Path) -> list[str]:
+    """The controller job's sbatch call (an argument list)."""
+    command = [f"--job-name={controller_job_name(run)}", f"--output={run.log}"]
+    command += ["--open-mode=append", f"--comment={controller_job_comment(run)}"]
+    command += [f"--chdir={run.workspace}", f"--cpus-per-task={job.cpus}", f"--mem={job.mem_mb}"]
+    command += [f"--time={job.runtime}"]
+    if job.partition:
+        command.append(f"--partition={job.partition}")
+    if job.account:
+        command.append(f"--account={job.account}")
+    return slurm.batch_command([*command, *job.sbatch_extra], str(script))
+
+
+def start_controller(run: Run, job: ControllerSettings | None = None) -> Run:
+    """Start the run's next controller: a SLURM job (``job``: its profile's controller.yaml, read
+    here when not given), or a process in its own session."""
+    before = {"attempt": run.attempt, "state": run.state}
+    if run.slurm and job is None:
+        job = controller_settings(profile_dir(run.workspace, run.profile))
+    run = run.update(attempt=run.attempt + 1, state="queued")
+    if run.slurm:
+        assert job is not None
+        script = run.dir / "controller.sh"
+        # The only shell involved: a fixed line whose values are quoted.
+        script.write_text("#!/bin/sh\nexec " + " ".join(map(_quote, controller_command(run))) + "\n")
+        script.chmod(0o755)
+        try:
+            jobid = submit_once(
+                sbatch_command(run, job, script),
+                controller_job_name(run),
+                controller_job_comment(run),
+                known=run.controller_jobs,
+            )
+        except (SubmissionFailed, SlurmUnavailable) as e:
+            run.update(**before)
+            raise RunError(f"sbatch of the controller of run {run.id} failed: {e}") from None
+        return run.update(controller_jobs=[*run.controller_jobs, jobid])
+    with open(run.log, "ab") as log:
+        proc_local = subprocess.Popen(
+            controller_command(run),
+            cwd=run.workspace,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,  # no terminal, no SIGHUP when the submitting shell goes
+            env=slurm.without_job_environment(os.environ),
+        )
+    return run.update(controller_pid=proc_local.pid, controller_host=this_host())
+
+
+def _quote(value: str) -> str:
+    import shlex
+
+    return shlex.quote(value)
+
+
+# --- submit ---------------------------------------------------------------------------------
+
+
+def new_run_id(now: float | None = None) -> str:
+    stamp = dt.datetime.fromtimestamp(now or time.time()).strftime("%Y%m%d-%H%M%S")
+    return f"{stamp}-{secrets.token_hex(2)}"
+
+
+def submit(
+    profile: str,
+    snakemake_args: Sequence[str] = (),
+    name: str = "",
+    share: Sequence[str] = (),
+    cwd: Path | str = ".",
+) -> Run:
+    """Freeze the working tree, make the run's workspace and start its controller; returns the run."""
+    root = repository_root(cwd)
+    baseline = head_commit(root)
+    run_id = new_run_id()
+    name = validate_experiment_name(name) if name else run_id
+    taken = [r.id for r in list_runs(root) if r.name == name and r.state not in FINISHED_STATES]
+    if taken:
+        raise RunError(f"run name {name!r} is in use by active run {taken[0]}: choose another --name")
+    folder = profile_dir(root, profile)
+    on_slurm = profile_is_slurm(folder)
+    job = controller_settings(folder) if on_slurm else None  # bad settings fail here, before anything is made
+    if on_slurm and not slurm.installed():
+        raise RunError(f"profile {profile} submits to SLURM, but sbatch or squeue is not on PATH")
+    check_workflow_loads(root, profile, snakemake_args)
+    outputs = earlier_outputs(root)
+    commit, tree = freeze(root, f"snakedvc run {run_id} ({name}): the code as submitted", outputs)
+    git(root, "update-ref", RUN_REF_PREFIX + run_id, commit)
+    ignore_kit_folder(root)
+    run = Run(
+        id=run_id,
+        name=name,
+        root=str(root),
+        commit=commit,
+        baseline=baseline,
+        profile=profile,
+        snakemake_args=list(snakemake_args),
+        slurm=on_slurm,
+        created=time.time(),
+    )
+    run.dir.mkdir(parents=True)
+    try:
+        make_workspace(root, run.workspace, baseline, tree, [*python_environments(root), *share], outputs)
+        paths = source_paths(root, run.workspace)
+        if paths:
+            run.environment = {"PYTHONPATH": os.pathsep.join(paths)}
+        run.save()
+        return start_controller(run, job)
+    except BaseException:
+        remove_workspace(run)
+        shutil.rmtree(run.dir, ignore_errors=True)
+        with contextlib.suppress(RunError):
+            git(root, "update-ref", "-d", RUN_REF_PREFIX + run_id)
+        raise
