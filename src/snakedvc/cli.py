@@ -46,6 +46,27 @@ def cmd_launch(args: argparse.Namespace) -> None:
     run(Layout(nodes=args.nodes, procs_per_node=args.procs_per_node), command, args.log)
 
 
+def cmd_stage_run(args: argparse.Namespace) -> None:
+    from snakedvc.stage import run_stage
+
+    commands = args.commands[1:] if args.commands[:1] == ["--"] else args.commands
+    raise SystemExit(run_stage(args.stage, commands, args.wdir, args.remove))
+
+
+def cmd_dvc_commit(args: argparse.Namespace) -> None:
+    from snakedvc.engine.dvcpipeline import commit_stage
+
+    commit_stage(args.stage)
+    log.info("committed stage %s (dvc.lock)", args.stage)
+
+
+def cmd_exp_run(args: argparse.Namespace) -> None:
+    from snakedvc.engine.dvcpipeline import exp_run
+
+    saved = exp_run(args.profile, args.set_param, args.name or "", args.snakemake_args)
+    print(saved or "Nothing to be done: DVC reports every stage up to date")
+
+
 def cmd_sweep_promote(args: argparse.Namespace) -> None:
     from snakedvc.engine.sweep.promotion import decide
 
@@ -198,6 +219,15 @@ def _add_step_commands(step: Step) -> None:
     p.add_argument("--final-state", metavar="STATE", help="where Resumable.finish writes the final state")
     p.add_argument("command_args", nargs=argparse.REMAINDER, help="-- then the command, e.g. -- python train.py ...")
 
+    p = step("stage-run", cmd_stage_run, "run one DVC stage's commands as dvc repro runs them (a job of exp run)")
+    p.add_argument("--stage", required=True, help="the stage's address (DVC_STAGE)")
+    p.add_argument("--wdir", default=".", help="the stage's wdir, relative to the repository")
+    p.add_argument("--remove", nargs="*", default=[], help="the stage's outputs, removed first")
+    p.add_argument("commands", nargs=argparse.REMAINDER, help="-- then each command line as one argument")
+
+    p = step("dvc-commit", cmd_dvc_commit, "dvc commit of one stage that has run (submit host, serialised)")
+    p.add_argument("stage")
+
     p = step("sweep-promote", cmd_sweep_promote, "rank one rung's trials by their metric; keep the best")
     p.add_argument("--rung", type=int, required=True)
     p.add_argument("--keep", type=int, required=True, help="how many trials go on to the next rung")
@@ -241,6 +271,14 @@ def _add_run_commands(step: Step) -> None:
                         "Python environments at the top level are linked anyway)")  # fmt: skip
     p.add_argument("snakemake_args", nargs=argparse.REMAINDER, help="-- then Snakemake arguments, e.g. -- --config ...")
 
+    p = step("exp", cmd_exp_run, "exp run: dvc exp run with every stage of dvc.yaml its own Snakemake (SLURM) job")
+    p.add_argument("action", choices=["run"], help="run: as dvc exp run does, in this workspace")
+    p.add_argument("--profile", help="Snakemake profile, e.g. profiles/slurm (default: this machine)")
+    p.add_argument("-S", "--set-param", action="append", default=[], metavar="[FILE:]KEY=VALUE",
+                   help="change a param first, as dvc exp run -S does (repeatable)")  # fmt: skip
+    p.add_argument("-n", "--name", help="the experiment's name (default: DVC's)")
+    p.add_argument("snakemake_args", nargs="*", help="after --: more Snakemake arguments")
+
     p = step("runs", cmd_runs, "list submitted runs")
     p.add_argument("--json", action="store_true", help="machine-readable")
 
@@ -272,6 +310,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         args.func(args)
     except (ConfigError, FileNotFoundError, InitError, RunError, TrackingError, ValueError) as error:
+        # PipelineError (dvc.yaml) is a ValueError.
         log.error("%s", error)
         print(f"snakedvc {args.command}: error: {error}", file=sys.stderr)
         return 1

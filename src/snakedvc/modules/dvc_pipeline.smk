@@ -1,0 +1,56 @@
+# snakedvc exp run: a project's own dvc.yaml as Snakemake jobs, one per stage (per foreach or
+# matrix item). Started by `snakedvc exp run`, which reads the pipeline through DVC and writes
+# the plan this file loads (config key snakedvc_pipeline): which stages run, in what order.
+#
+# A stage's job runs its commands as DVC would (`snakedvc stage-run`: in its wdir, by the shell,
+# DVC_ROOT and DVC_STAGE set, its outputs removed first). A local job on the submit host then
+# runs `dvc commit` of the stage (serialised by the kit's lock); the stages downstream wait for
+# that. Jobs are linked by marker files under the plan's folder, never by the stages' outputs:
+# DVC alone decides what is up to date.
+from snakedvc.engine.dvcpipeline import Plan
+from snakedvc.engine.env import use_this_interpreter
+
+use_this_interpreter()  # `snakedvc` in the jobs' commands is this environment's
+PLAN = Plan.load(config["snakedvc_pipeline"])
+
+
+rule all:
+    input:
+        [PLAN.committed(name) for name in PLAN.run],
+    default_target: True
+
+
+for stage in PLAN.stages:
+
+    rule:
+        name:
+            stage.rule
+        input:
+            PLAN.waits_for(stage.name),
+        output:
+            touch(PLAN.ran(stage.name)),
+        params:
+            stage=stage.name,
+            wdir=stage.wdir,
+            outs=list(stage.outs),
+            commands=list(stage.commands),
+        log:
+            PLAN.log(stage.name),
+        shell:
+            "snakedvc stage-run --stage {params.stage:q} --wdir {params.wdir:q} --remove {params.outs:q}"
+            " -- {params.commands:q} > {log:q} 2>&1"
+
+    rule:
+        name:
+            f"commit_{stage.rule}"
+        input:
+            PLAN.ran(stage.name),
+        output:
+            touch(PLAN.committed(stage.name)),
+        params:
+            stage=stage.name,
+        log:
+            f"{PLAN.folder}/logs/commit_{stage.rule}.log",
+        localrule: True
+        shell:
+            "snakedvc dvc-commit --log {log:q} {params.stage:q}"
