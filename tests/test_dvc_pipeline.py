@@ -20,6 +20,7 @@ import yaml
 from snakedvc.engine.dvcpipeline import PipelineError, kit_profile, read_plan
 from tests.conftest import git, slurm_jobs_by_rule
 from tests.test_tutorial import BIN, run
+from tests.waiting import wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -41,7 +42,7 @@ stages:
   featurize:
     foreach: ${items}
     do:
-      cmd: python3 -c "print(open('${folder}/data.txt').read().strip(), '${item}')" > ${folder}/feat-${item}.txt
+      cmd: sleep 3 && python3 -c "print(open('${folder}/data.txt').read().strip(), '${item}')" > ${folder}/feat-${item}.txt
       deps:
         - ${folder}/data.txt
       outs:
@@ -81,6 +82,15 @@ stages:
 """
 
 
+# The jobs' sizes, beside dvc.yaml (dvc exp run ignores the file). train runs through snakedvc launch.
+RESOURCES = """\
+resources:
+  "*": {runtime: 5, mem: 300MB}
+  featurize@*: {cpus: 1}
+  train: {cpus: 2, mem: 1GB, runtime: 1h, launch: true}
+"""
+
+
 def dvc(cwd: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
     return run(cwd, str(BIN / "dvc"), *args, check=check)
 
@@ -91,14 +101,20 @@ def snakedvc(cwd: Path, *args: str, check: bool = True) -> subprocess.CompletedP
 
 @pytest.fixture
 def project(tmp_path: Path) -> Path:
-    origin = tmp_path / "origin"
+    return dvc_project(
+        tmp_path / "origin",
+        {"params.yaml": yaml.safe_dump(PARAMS), "more.yaml": yaml.safe_dump(MORE_PARAMS), "dvc.yaml": DVC_YAML,
+         "snakedvc.yaml": RESOURCES},
+    )  # fmt: skip
+
+
+def dvc_project(origin: Path, files: dict[str, str]) -> Path:
+    """A git + DVC repository holding ``files``, committed."""
     origin.mkdir()
     git(origin, "init", "-q", "-b", "main")
-    (origin / "params.yaml").write_text(yaml.safe_dump(PARAMS))
-    (origin / "more.yaml").write_text(yaml.safe_dump(MORE_PARAMS))
-    (origin / "dvc.yaml").write_text(DVC_YAML)
+    for name, text in files.items():
+        (origin / name).write_text(text)
     dvc(origin, "init", "-q")
-    (origin / ".gitignore").write_text(".snakemake/\n.snakedvc/\n")
     git(origin, "add", "-A")
     git(origin, "-c", "user.name=a", "-c", "user.email=a@b", "commit", "-q", "-m", "a DVC pipeline")
     return origin
@@ -142,6 +158,8 @@ def test_exp_run_records_what_dvc_exp_run_records(project: Path) -> None:
     assert experiment(by_kit, "same")["params"]["more.yaml"]["data"] == {"scale": 3}
     for repo in (by_dvc, by_kit):
         assert "up to date" in dvc(repo, "status").stdout
+    # The kit's bookkeeping stays out of git status, as DVC's own does: the two clones look alike.
+    assert git(by_kit, "status", "--porcelain") == git(by_dvc, "status", "--porcelain")
     # One job per stage and per foreach/matrix item: 1 + 3 + 2 + 1 + 1.
     plan_folder = next((by_kit / ".snakedvc/pipeline").iterdir())
     assert len(list((plan_folder / "ran").iterdir())) == 8
@@ -163,6 +181,92 @@ def test_exp_run_records_what_dvc_exp_run_records(project: Path) -> None:
     assert outputs(by_kit) == outputs(by_dvc) and lock(by_kit) == lock(by_dvc)
 
 
+def test_targets_run_what_dvc_runs_for_them(project: Path) -> None:
+    by_dvc, by_kit = clone(project, "by-dvc"), clone(project, "by-kit")
+    for repo in (by_dvc, by_kit):
+        dvc(repo, "repro", "--quiet")
+        (repo / "params.yaml").write_text(yaml.safe_dump({**PARAMS, "prepare": {"n": 6}}))
+    plan = read_plan(by_kit, "x", targets=["combine@b-c"]).run
+    params = (by_kit / "params.yaml").read_text()
+    dry = snakedvc(by_kit, "exp", "run", "--dry", "-S", "prepare.n=7", "combine@b-c").stdout.split()
+    assert dry == list(plan) and (by_kit / "params.yaml").read_text() == params  # dry: no file changed
+    refused = snakedvc(by_kit, "exp", "run", "--", "--dry-run", check=False)
+    assert refused.returncode == 1 and "a dry run is `snakedvc exp run --dry`" in refused.stderr
+    ran = re.findall(r"Running stage '([^']+)'", dvc(by_dvc, "exp", "run", "-n", "pair", "combine@b-c").stdout)
+    snakedvc(by_kit, "exp", "run", "-n", "pair", "combine@b-c")
+    assert sorted(plan) == sorted(ran) == ["combine@b-c", "featurize@b", "featurize@c", "prepare"]
+    assert plan[0] == "prepare" and plan[-1] == "combine@b-c"
+    assert lock(by_kit) == lock(by_dvc) and experiment(by_kit, "pair") == experiment(by_dvc, "pair")
+    # A foreach stage's name stands for its items: only featurize@a is left to run.
+    assert read_plan(by_kit, "x", targets=["featurize"]).run == ("featurize@a",)
+    unknown = snakedvc(by_kit, "exp", "run", "trian", check=False)
+    assert unknown.returncode == 1 and "target 'trian' is no stage of dvc.yaml (its stages: prepare," in unknown.stderr
+
+
+def test_frozen_and_always_changed_stages_run_as_dvc_runs_them(project: Path) -> None:
+    by_dvc, by_kit = clone(project, "by-dvc"), clone(project, "by-kit")
+    flagged = DVC_YAML.replace("  prepare:\n", "  prepare:\n    frozen: true\n").replace(
+        "  evaluate:\n", "  evaluate:\n    always_changed: true\n"
+    )
+    for repo in (by_dvc, by_kit):
+        dvc(repo, "repro", "--quiet")
+        (repo / "dvc.yaml").write_text(flagged)
+        (repo / "params.yaml").write_text(yaml.safe_dump({**PARAMS, "prepare": {"n": 6}}))
+    # prepare's param changed but it is frozen; evaluate's inputs did not change but it always runs.
+    ran = re.findall(r"Running stage '([^']+)'", dvc(by_dvc, "exp", "run", "-n", "flags").stdout)
+    plan = read_plan(by_kit, "x")
+    assert ran == list(plan.run) == ["evaluate"] and plan.refresh == ("prepare",)  # its lock entry renewed
+    snakedvc(by_kit, "exp", "run", "-n", "flags")
+    assert lock(by_kit) == lock(by_dvc) and experiment(by_kit, "flags") == experiment(by_dvc, "flags")
+
+
+def test_submitted_runs_at_once_each_end_in_their_own_experiment(project: Path) -> None:
+    by_dvc, by_kit = clone(project, "by-dvc"), clone(project, "by-kit")
+    for repo in (by_dvc, by_kit):
+        dvc(repo, "repro", "--quiet")  # up to date, dvc.lock not committed: the runs start from here
+    params = (by_kit / "params.yaml").read_text()
+    runs = {
+        lr: snakedvc(by_kit, "submit", "--name", f"lr{lr}", "-S", f"train.lr=0.{lr}").stdout.strip() for lr in (2, 4)
+    }
+    for lr, run_id in runs.items():
+        ended = wait_until(lambda run_id=run_id: ended_run(by_kit, run_id), f"run {run_id} to end", 300, poll=1)
+        assert ended["state"] == "done" and ended["experiments"] == [f"lr{lr}"], snakedvc(by_kit, "logs", run_id).stdout
+        # The workspace had the outputs at submit (from DVC's cache): only the stages -S changed ran.
+        markers = (by_kit / ".snakedvc/runs" / run_id / "workspace/.snakedvc/pipeline").glob("*/ran/*")
+        assert sorted(marker.name for marker in markers) == ["stage_evaluate", "stage_train"]
+        dvc(by_dvc, "exp", "run", "-S", f"train.lr=0.{lr}", "-n", f"lr{lr}")
+        assert experiment(by_kit, f"lr{lr}") == experiment(by_dvc, f"lr{lr}")
+        assert yaml.safe_load(git(by_kit, "show", f"{experiment_rev(by_kit, f'lr{lr}')}:dvc.lock")) == lock(by_dvc)
+    assert (by_kit / "params.yaml").read_text() == params  # each run changed its own workspace's copy
+
+
+def test_a_second_exp_run_in_one_workspace_is_refused_and_changes_nothing(project: Path) -> None:
+    repo = clone(project, "busy")
+    first = subprocess.Popen(
+        [str(BIN / "snakedvc"), "exp", "run"], cwd=repo, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    try:
+        wait_until(
+            lambda: list((repo / ".snakedvc/pipeline").glob("*/plan.json")), "the first run's jobs", 60, proc=first
+        )
+        second = snakedvc(repo, "exp", "run", "-S", "train.lr=0.9", check=False)
+        assert second.returncode == 1 and "another snakedvc exp run is running in" in second.stderr
+        assert "0.9" not in (repo / "params.yaml").read_text()
+    finally:
+        _, stderr = first.communicate(timeout=300)
+    assert first.returncode == 0, stderr
+
+
+def experiment_rev(repo: Path, name: str) -> str:
+    refs = git(repo, "for-each-ref", "--format=%(objectname) %(refname)", "refs/exps").splitlines()
+    return next(rev for rev, ref in (line.split() for line in refs) if ref.endswith(f"/{name}"))
+
+
+def ended_run(repo: Path, run_id: str) -> dict | None:
+    listed = {run["id"]: run for run in json.loads(snakedvc(repo, "runs", "--json").stdout)}
+    return listed[run_id] if listed[run_id]["state"] not in ("queued", "running") else None
+
+
 def test_a_failing_stage_names_itself_and_keeps_the_stages_before_it(project: Path) -> None:
     repo = clone(project, "failing")
     (repo / "params.yaml").write_text(yaml.safe_dump({**PARAMS, "train": {"lr": "oops", "epochs": 3}}))
@@ -171,29 +275,51 @@ def test_a_failing_stage_names_itself_and_keeps_the_stages_before_it(project: Pa
     assert "Error in rule stage_train" in proc.stdout + proc.stderr
     log = re.search(r"stage 'train' failed: its log is (\S+) ", proc.stderr)
     assert log and "oops" in (repo / log.group(1)).read_text(), proc.stderr  # the command's own error
+    assert "its command: python3 -c" in proc.stderr
     assert "Committed to dvc.lock: prepare" in proc.stderr and "no experiment was saved" in proc.stderr
     committed = set(lock(repo)["stages"])
     assert {"prepare", "featurize@a", "combine@a-c"} <= committed and "train" not in committed
     assert not (repo / "out/model.txt").exists() or "train" not in committed
 
 
-def test_a_persistent_output_is_refused_before_any_job(project: Path) -> None:
-    repo = clone(project, "persist")
-    text = (
-        (repo / "dvc.yaml").read_text().replace("      - model.txt\n", "      - model.txt:\n          persist: true\n")
-    )
+def test_a_pipeline_that_cannot_run_is_refused_before_any_job_or_param_change(project: Path) -> None:
+    repo = clone(project, "refused")
+    params = (repo / "params.yaml").read_text()
+
+    def refused(*needles: str) -> None:
+        proc = snakedvc(repo, "exp", "run", "-S", "train.lr=0.5", check=False)
+        assert proc.returncode == 1 and all(needle in proc.stderr for needle in needles), proc.stderr
+        assert (repo / "params.yaml").read_text() == params and not (repo / "out").exists()
+
+    text = DVC_YAML.replace("      - model.txt\n", "      - model.txt:\n          persist: true\n")
     (repo / "dvc.yaml").write_text(text)
     with pytest.raises(PipelineError, match=r"stage 'train', output 'model.txt': persist"):
         read_plan(repo, "x")
-    proc = snakedvc(repo, "exp", "run", check=False)
-    assert proc.returncode == 1 and "persist" in proc.stderr and not (repo / "out").exists()
+    refused("stage 'train', output 'model.txt': persist")
+    (repo / "dvc.yaml").write_text(DVC_YAML + "   broken: [\n")
+    refused("dvc.yaml: DVC cannot read the pipeline", "line 51")  # YAML's own message, with the line
+    (repo / "dvc.yaml").write_text(DVC_YAML)
+    (repo / "snakedvc.yaml").write_text("resources:\n  trian: {cpus: 2}\n")
+    refused("snakedvc.yaml: resources entry 'trian' matches no stage of dvc.yaml")
+
+
+def accounted(ids: list[str], steps: bool = False) -> dict[str, dict[str, str]]:
+    """sacct's record of these jobs (and their steps): CPUs, memory, time limit, start and end."""
+    names = ("id", "cpus", "mem", "limit", "start", "end")
+    out = subprocess.run(
+        ["sacct", "-n", "-P", *([] if steps else ["-X"]), "-j", ",".join(ids), "-o",
+         "JobID,AllocCPUS,ReqMem,Timelimit,Start,End"],
+        capture_output=True, text=True, check=True,
+    ).stdout  # fmt: skip
+    return {row["id"]: row for row in (dict(zip(names, line.split("|"), strict=True)) for line in out.splitlines())}
 
 
 @pytest.mark.slurm
 def test_exp_run_on_the_test_cluster_runs_a_job_per_stage(project: Path, slurm_cluster: None) -> None:
     by_dvc, by_kit = clone(project, "by-dvc"), clone(project, "by-kit")
-    dvc(by_dvc, "exp", "run", "-n", "cluster")
-    proc = snakedvc(by_kit, "exp", "run", "--profile", str(kit_profile("slurm")), "-n", "cluster")
+    changes = ["-S", "train.lr=0.3", "-S", "more.yaml:scale=3"]  # both params files
+    dvc(by_dvc, "exp", "run", *changes, "-n", "cluster")
+    proc = snakedvc(by_kit, "exp", "run", "--profile", "slurm", *changes, "-n", "cluster")  # the kit's profile
     # One SLURM job per stage and per foreach/matrix item; the commits ran on the submit host.
     jobs = slurm_jobs_by_rule(proc.stdout + proc.stderr)
     assert sorted(jobs) == sorted(
@@ -203,4 +329,46 @@ def test_exp_run_on_the_test_cluster_runs_a_job_per_stage(project: Path, slurm_c
     assert outputs(by_kit) == outputs(by_dvc)
     assert lock(by_kit) == lock(by_dvc)
     assert experiment(by_kit, "cluster") == experiment(by_dvc, "cluster")
+    assert experiment(by_kit, "cluster")["params"]["more.yaml"]["data"] == {"scale": 3}
     assert "up to date" in dvc(by_kit, "status").stdout
+
+    # Each job sized by snakedvc.yaml (RESOURCES); train's command ran as a job step (launch).
+    jobs_of = {rule: ids[0] for rule, ids in jobs.items()}
+    sizes = accounted(list(jobs_of.values()))
+    assert [sizes[jobs_of["stage_train"]][key] for key in ("cpus", "mem", "limit")] == ["2", "1000M", "01:00:00"]
+    assert [sizes[jobs_of["stage_featurize_b"]][key] for key in ("cpus", "mem", "limit")] == ["1", "300M", "00:05:00"]
+    assert f"{jobs_of['stage_train']}.0" in accounted([jobs_of["stage_train"]], steps=True)
+    # The foreach items ran at the same time: each started before any of them ended.
+    items = [sizes[jobs_of[f"stage_featurize_{item}"]] for item in "abc"]
+    assert max(item["start"] for item in items) < min(item["end"] for item in items), items
+
+
+@pytest.mark.slurm
+def test_a_stage_cancelled_by_scancel_fails_the_run_naming_it(tmp_path: Path, slurm_cluster: None) -> None:
+    stages = {"stages": {
+        "first": {"cmd": "echo 1 > first.txt", "outs": ["first.txt"]},
+        "second": {"cmd": "sleep 300 && echo 2 > second.txt", "deps": ["first.txt"], "outs": ["second.txt"]},
+    }}  # fmt: skip
+    repo = clone(dvc_project(tmp_path / "origin", {"dvc.yaml": yaml.safe_dump(stages)}), "cancelled")
+    run = subprocess.Popen(
+        [str(BIN / "snakedvc"), "exp", "run", "--profile", str(kit_profile("slurm")), "--", "--retries", "0"],
+        cwd=repo, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        job = wait_until(lambda: running_job("rule_stage_second"), "stage second's job running", 180, proc=run)
+        subprocess.run(["scancel", job], check=True)
+        _, stderr = run.communicate(timeout=180)
+    finally:
+        if run.poll() is None:
+            run.kill()
+    assert run.returncode == 1
+    log = re.search(r"stage 'second' failed: its log is (\S+) \(its command: sleep 300 && echo 2", stderr)
+    assert log and (repo / log.group(1)).exists(), stderr
+    assert "Committed to dvc.lock: first; no experiment was saved" in stderr
+    assert set(lock(repo)["stages"]) == {"first"}
+
+
+def running_job(comment: str) -> str | None:
+    """The id of the running SLURM job whose comment (the plugin's rule_<rule>) is ``comment``."""
+    out = subprocess.run(["squeue", "-h", "-t", "R", "-o", "%i %k"], capture_output=True, text=True).stdout
+    return next((line.split()[0] for line in out.splitlines() if line.split()[1:2] == [comment]), None)

@@ -47,10 +47,12 @@ def cmd_launch(args: argparse.Namespace) -> None:
 
 
 def cmd_stage_run(args: argparse.Namespace) -> None:
+    from snakedvc.launch import Layout
     from snakedvc.stage import run_stage
 
     commands = args.commands[1:] if args.commands[:1] == ["--"] else args.commands
-    raise SystemExit(run_stage(args.stage, commands, args.wdir, args.remove))
+    layout = Layout(args.nodes, args.procs_per_node) if args.procs_per_node else None
+    raise SystemExit(run_stage(args.stage, commands, args.wdir, args.remove, layout=layout))
 
 
 def cmd_dvc_commit(args: argparse.Namespace) -> None:
@@ -61,9 +63,19 @@ def cmd_dvc_commit(args: argparse.Namespace) -> None:
 
 
 def cmd_exp_run(args: argparse.Namespace) -> None:
-    from snakedvc.engine.dvcpipeline import exp_run
+    from snakedvc.engine.dvcpipeline import dry_run, exp_run
 
-    saved = exp_run(args.profile, args.set_param, args.name or "", args.snakemake_args)
+    if args.dry:
+        plan = dry_run(args.set_param, resources_file=args.resources, targets=args.targets)
+        for name in plan.refresh:
+            print(f"{name} (frozen: recorded anew, not run)")
+        print("\n".join(plan.run) if plan.run or plan.refresh else "Nothing to be done: every stage is up to date")
+        return
+
+    saved = exp_run(
+        args.profile, args.set_param, args.name or "", args.snakemake_args, resources_file=args.resources,
+        targets=args.targets,
+    )  # fmt: skip
     print(saved or "Nothing to be done: DVC reports every stage up to date")
 
 
@@ -106,10 +118,20 @@ def cmd_restore(args: argparse.Namespace) -> None:
 
 
 def cmd_submit(args: argparse.Namespace) -> None:
-    from snakedvc.engine.runs import submit
+    from snakedvc.engine.dvcpipeline import ExpRunOptions, is_dvc_pipeline, pipeline_profile
+    from snakedvc.engine.runs import repository_root, submit
 
     snakemake_args = args.snakemake_args[1:] if args.snakemake_args[:1] == ["--"] else args.snakemake_args
-    run = submit(args.profile, snakemake_args, name=args.name or "", share=args.share)
+    pipeline, root = None, repository_root(".")
+    if is_dvc_pipeline(root, snakemake_args):
+        pipeline = ExpRunOptions(tuple(args.set_param), args.resources, tuple(args.target))
+    elif args.set_param or args.resources or args.target:
+        raise ValueError("-S, --resources and --target are for a dvc.yaml pipeline; this project has a Snakefile "
+                         "(give its config after --: -- --config key=value)")  # fmt: skip
+    profile = args.profile or "profiles/local"
+    if pipeline is not None:
+        profile = str(pipeline_profile(args.profile, root))
+    run = submit(profile, snakemake_args, name=args.name or "", share=args.share, pipeline=pipeline)
     where = f"SLURM job {run.controller_jobs[-1]}" if run.slurm else f"process {run.controller_pid}"
     print(run.id)
     print(f"submitted run {run.id} ({run.name}): controller {where}; `snakedvc logs -f {run.id}` follows it",
@@ -223,6 +245,8 @@ def _add_step_commands(step: Step) -> None:
     p.add_argument("--stage", required=True, help="the stage's address (DVC_STAGE)")
     p.add_argument("--wdir", default=".", help="the stage's wdir, relative to the repository")
     p.add_argument("--remove", nargs="*", default=[], help="the stage's outputs, removed first")
+    p.add_argument("--nodes", type=int, default=1, help="with --procs-per-node: nodes snakedvc launch runs on")
+    p.add_argument("--procs-per-node", type=int, default=0, help="run each command through snakedvc launch")
     p.add_argument("commands", nargs=argparse.REMAINDER, help="-- then each command line as one argument")
 
     p = step("dvc-commit", cmd_dvc_commit, "dvc commit of one stage that has run (submit host, serialised)")
@@ -264,20 +288,40 @@ def _add_run_commands(step: Step) -> None:
     p = step("submit", cmd_submit, "run the workflow detached, on the code as it is now; prints the run id")
     p.add_argument("--name", help="the run's name, and its DVC experiment's (default: the run id)")
     p.add_argument(
-        "--profile", default="profiles/local", help="Snakemake profile (a SLURM one: the controller is a job)"
+        "--profile", help="Snakemake profile (a SLURM one: the controller is a job; default profiles/local, or "
+        "for a dvc.yaml with no Snakefile the kit's local one)"
+    )  # fmt: skip
+    p.add_argument(
+        "-S",
+        "--set-param",
+        action="append",
+        default=[],
+        metavar="[FILE:]KEY=VALUE",
+        help="a dvc.yaml pipeline: change a param in the run's workspace, as dvc exp run -S",
     )
+    p.add_argument("--resources", metavar="FILE", help="a dvc.yaml pipeline: its stages' resources (snakedvc.yaml)")
+    p.add_argument("--target", action="append", default=[], metavar="STAGE",
+                   help="a dvc.yaml pipeline: run this stage and what it needs (repeatable; default all)")  # fmt: skip
     p.add_argument("--share", action="append", default=[], metavar="PATH",
                    help="an ignored path of the repository linked into the run's workspace (repeatable; "
                         "Python environments at the top level are linked anyway)")  # fmt: skip
     p.add_argument("snakemake_args", nargs=argparse.REMAINDER, help="-- then Snakemake arguments, e.g. -- --config ...")
 
     p = step("exp", cmd_exp_run, "exp run: dvc exp run with every stage of dvc.yaml its own Snakemake (SLURM) job")
-    p.add_argument("action", choices=["run"], help="run: as dvc exp run does, in this workspace")
-    p.add_argument("--profile", help="Snakemake profile, e.g. profiles/slurm (default: this machine)")
+    p = p.add_subparsers(dest="action", required=True, metavar="ACTION").add_parser(
+        "run", help="as dvc exp run does, in this workspace: snakedvc exp run [options] [TARGETS] [-- snakemake args]"
+    )
+    p.add_argument("--profile", help="a profile folder, or local / slurm: the kit's own where the project has "
+                   "no such folder (default: local)")  # fmt: skip
     p.add_argument("-S", "--set-param", action="append", default=[], metavar="[FILE:]KEY=VALUE",
                    help="change a param first, as dvc exp run -S does (repeatable)")  # fmt: skip
     p.add_argument("-n", "--name", help="the experiment's name (default: DVC's)")
-    p.add_argument("snakemake_args", nargs="*", help="after --: more Snakemake arguments")
+    p.add_argument("--dry", action="store_true", help="print the stages that would run, in order; change nothing")
+    p.add_argument("--resources", metavar="FILE",
+                   help="the stages' resources (default: snakedvc.yaml beside dvc.yaml, if there is one)")  # fmt: skip
+    p.add_argument(
+        "targets", nargs="*", metavar="TARGETS", help="stages to run, with the ones they need (default: all)"
+    )
 
     p = step("runs", cmd_runs, "list submitted runs")
     p.add_argument("--json", action="store_true", help="machine-readable")
@@ -305,7 +349,12 @@ def main(argv: list[str] | None = None) -> int:
     from snakedvc.engine.runs import RunError
     from snakedvc.engine.tracking import TrackingError
 
+    argv = sys.argv[1:] if argv is None else argv
+    passed_on = []  # `exp run ... -- ARGS`: ARGS go to Snakemake (argparse cannot split them from TARGETS)
+    if argv[:2] == ["exp", "run"] and "--" in argv:
+        argv, passed_on = argv[: argv.index("--")], argv[argv.index("--") + 1 :]
     args = build_parser().parse_args(argv)
+    args.snakemake_args = getattr(args, "snakemake_args", passed_on)
     _setup_logging(getattr(args, "log", None))
     try:
         args.func(args)

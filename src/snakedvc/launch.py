@@ -107,14 +107,11 @@ def launch_command(
     ]
 
 
-def run(layout: Layout, command: Sequence[str], log_path: str | None = None) -> None:
-    """Replace this process with the launch command (so it stays Snakemake's direct child).
-
-    ``log_path``: the rule's log, which already receives this process's stdout and stderr (and so the
-    command's); with N processes each rank's output is also kept beside it, in ``<log>.ranks/``.
-    """
+def here(layout: Layout, command: Sequence[str], log_path: str | None = None) -> list[str]:
+    """The argv that runs ``command`` with this layout in this process's place: in or out of a
+    SLURM job step, on this allocation's nodes."""
     job_id = slurm.job_id() if layout.nodes > 1 else None
-    argv = launch_command(
+    return launch_command(
         layout,
         command,
         python=sys.executable,
@@ -124,6 +121,15 @@ def run(layout: Layout, command: Sequence[str], log_path: str | None = None) -> 
         cpus_per_task=slurm.cpus_per_task(),
         rank_logs=f"{log_path}.ranks" if log_path else None,
     )
+
+
+def run(layout: Layout, command: Sequence[str], log_path: str | None = None) -> None:
+    """Replace this process with the launch command (so it stays Snakemake's direct child).
+
+    ``log_path``: the rule's log, which already receives this process's stdout and stderr (and so the
+    command's); with N processes each rank's output is also kept beside it, in ``<log>.ranks/``.
+    """
+    argv = here(layout, command, log_path)
     # What ran, in the rule's log: the line a reference file (tests/reference/launch/) is checked against.
     log.info("launch: %s", shlex.join(argv))
     for handler in logging.getLogger().handlers:

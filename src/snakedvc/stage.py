@@ -9,10 +9,14 @@ from __future__ import annotations
 
 import logging
 import os
+import shlex
 import shutil
 import subprocess
 from collections.abc import Sequence
 from pathlib import Path
+
+from snakedvc import launch
+from snakedvc.launch import Layout
 
 log = logging.getLogger(__name__)
 
@@ -26,10 +30,16 @@ def shell_command(command: str, shell: str | None = None) -> list[str]:
 
 
 def run_stage(
-    name: str, commands: Sequence[str], wdir: str | Path, remove: Sequence[str], root: str | Path = "."
+    name: str,
+    commands: Sequence[str],
+    wdir: str | Path,
+    remove: Sequence[str],
+    root: str | Path = ".",
+    layout: Layout | None = None,
 ) -> int:
     """Remove ``remove`` (paths under ``root``), then run ``commands`` in ``wdir``; the first
-    failing command's exit status, or 0."""
+    failing command's exit status, or 0. With a ``layout`` each command runs through `snakedvc
+    launch` (N processes, N nodes, a job step of its own)."""
     root = Path(root).resolve()
     for path in remove:
         target = root / path
@@ -40,7 +50,11 @@ def run_stage(
     env = {**os.environ, "DVC_ROOT": str(root), "DVC_STAGE": name}
     for command in commands:
         log.info("stage %s: > %s", name, command)
-        code = subprocess.run(shell_command(command), cwd=root / wdir, env=env).returncode
+        argv = shell_command(command)
+        if layout:
+            argv = launch.here(layout, argv)
+            log.info("stage %s: launch: %s", name, shlex.join(argv))
+        code = subprocess.run(argv, cwd=root / wdir, env=env).returncode
         if code != 0:
             log.error("stage %s: the command exited with status %d: %s", name, code, command)
             return code

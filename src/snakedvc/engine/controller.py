@@ -65,8 +65,14 @@ class Controller:
             self._wait_for_predecessor()
             self._stop_leftover_jobs()
         env = self._environment()
-        self._unlock(env)
-        command = [sys.executable, "-m", "snakemake", "--profile", run.profile, *run.snakemake_args]
+        if run.exp_run_args is None:
+            self._unlock(env)
+            command = [sys.executable, "-m", "snakemake", "--profile", run.profile, *run.snakemake_args]
+        else:  # a DVC pipeline; exp run takes DVC's lock and its own, and leaves Snakemake's alone
+            command = [
+                sys.executable, "-m", "snakedvc", "exp", "run", "--profile", run.profile, "-n", run.name,
+                *run.exp_run_args, "--", *run.snakemake_args,
+            ]  # fmt: skip
         say("running: " + " ".join(command))
         start = run.log.stat().st_size if run.log.is_file() else 0
         self.snakemake = subprocess.Popen(command, cwd=run.workspace, env=env)

@@ -14,16 +14,20 @@ checks a stage's outputs. At the end one ``dvc exp save`` makes the experiment, 
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import logging
 import os
 import re
 import subprocess
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
+
+from snakedvc.engine.records import ignore_kit_folder
+from snakedvc.engine.stage_resources import DEFAULT_FILE, StageResources, read_table, resources_of
 
 log = logging.getLogger(__name__)
 
@@ -32,6 +36,14 @@ UNSUPPORTED_OUT_FLAGS = {
     "persist": "Snakemake's jobs start from a clean slate; a persistent output is not supported",
     "checkpoint": "a circular (checkpoint) output is not supported",
 }
+
+
+# Snakemake's options that run no job: the run would then record stages that did not run.
+DRY_RUN_OPTIONS = {"-n", "--dry-run", "--dryrun"}
+
+
+# A run's plan, markers and logs: .snakedvc/pipeline/<run id>/.
+PIPELINE_FOLDER = ".snakedvc/pipeline"
 
 
 class PipelineError(ValueError):
@@ -49,6 +61,7 @@ class Stage:
     outs: tuple[str, ...]  # removed before the commands run, as DVC removes them
     uncached: tuple[str, ...]  # outputs git keeps (cache: false), which the experiment commits
     upstream: tuple[str, ...]  # the stages whose outputs it reads
+    job: StageResources = StageResources()  # from snakedvc.yaml
 
 
 @dataclass(frozen=True)
@@ -57,8 +70,8 @@ class Plan:
 
     stages: tuple[Stage, ...]
     run: tuple[str, ...]
-    params_files: tuple[str, ...]
     folder: str  # .snakedvc/pipeline/<run id>: markers, logs of the commits
+    refresh: tuple[str, ...] = ()  # frozen stages that changed: recorded anew, never run
 
     def stage(self, name: str) -> Stage:
         return next(stage for stage in self.stages if stage.name == name)
@@ -84,42 +97,85 @@ class Plan:
     def load(cls, path: str | Path) -> Plan:
         data = json.loads(Path(path).read_text())
         stages = tuple(_stage_from_json(s) for s in data["stages"])
-        return cls(stages, tuple(data["run"]), tuple(data["params_files"]), data["folder"])
+        return cls(stages, tuple(data["run"]), data["folder"], tuple(data["refresh"]))
 
 
 def _stage_from_json(data: dict[str, Any]) -> Stage:
     return Stage(
         name=data["name"], rule=data["rule"], commands=tuple(data["commands"]), wdir=data["wdir"],
         outs=tuple(data["outs"]), uncached=tuple(data["uncached"]), upstream=tuple(data["upstream"]),
+        job=StageResources(**data["job"]),
     )  # fmt: skip
 
 
-def read_plan(root: str | Path, folder: str) -> Plan:
-    """The pipeline of the DVC repository at ``root`` as DVC sees it now, and the stages to run."""
+def read_plan(
+    root: str | Path, folder: str, resources_file: str | Path | None = None, targets: Sequence[str] = ()
+) -> Plan:
+    """The pipeline of the DVC repository at ``root`` as DVC sees it now, and the stages to run:
+    of ``targets`` (stage names, a foreach/matrix stage's name for all its items; default all) and
+    the stages they need, those DVC finds changed and those downstream of them, as `dvc repro`
+    runs them. ``resources_file``: the stages' resources (default: snakedvc.yaml at ``root``)."""
+    from dvc.exceptions import DvcException
+
+    root = Path(root).resolve()
+    table_file = Path(resources_file) if resources_file else root / DEFAULT_FILE
+    table = read_table(table_file)
+    try:
+        return _read_plan(root, folder, table, str(table_file), targets)
+    except DvcException as error:  # dvc.yaml's YAML, schema, templating: DVC's message names the place
+        cause = f" ({error.__cause__})" if error.__cause__ else ""
+        raise PipelineError(f"{root / 'dvc.yaml'}: DVC cannot read the pipeline: {error}{cause}") from None
+
+
+def _read_plan(
+    root: Path, folder: str, table: dict[str, dict[str, Any]], table_file: str, targets: Sequence[str]
+) -> Plan:
     import networkx as nx
     from dvc.repo import Repo
     from dvc.stage import PipelineStage
 
-    root = Path(root).resolve()
     # DVC names stages relative to the working directory ("sub/dvc.yaml:train" from elsewhere).
     with contextlib.chdir(root), Repo(str(root)) as repo:
         pipeline = [stage for stage in repo.index.stages if isinstance(stage, PipelineStage)]
         if not pipeline:
             raise PipelineError(f"{root}: no dvc.yaml stages to run (dvc stage list shows none)")
         graph = repo.index.graph  # an edge goes from a stage to a stage it depends on
-        stages = _stages(pipeline, graph, root)
-        changed = set(repo.status(targets=[s.addressing for s in pipeline]))
-        params = sorted({_relative(dep.fs_path, root) for s in pipeline for dep in s.deps if _is_params(dep)})
-        order = [s.addressing for s in reversed(list(nx.topological_sort(graph))) if isinstance(s, PipelineStage)]
-        downstream = set(changed)
-        for stage in pipeline:
-            if stage.addressing in changed:
-                downstream |= {s.addressing for s in nx.ancestors(graph, stage)}
-        to_run = [name for name in order if name in downstream and not _frozen(pipeline, name)]
-    return Plan(tuple(stages), tuple(to_run), tuple(params), folder)
+        jobs = resources_of([s.addressing for s in pipeline], table, table_file)
+        stages = _stages(pipeline, graph, root, jobs)
+        wanted = _wanted(pipeline, graph, targets)
+        status = set(repo.status(targets=[s.addressing for s in wanted]))
+        frozen = {s.addressing for s in wanted if s.frozen}
+        order = [s.addressing for s in reversed(list(nx.topological_sort(graph))) if s in wanted]
+        # A frozen stage never runs: dvc repro only records it anew (its command, params and
+        # outputs as they are now) when it changed, and its downstream stages see its outputs.
+        downstream = status - frozen
+        for stage in wanted:
+            if stage.addressing in status - frozen:
+                downstream |= {s.addressing for s in nx.ancestors(graph, stage) if s in wanted}
+        to_run = [name for name in order if name in downstream - frozen]
+        refresh = [name for name in order if name in status & frozen]
+    return Plan(tuple(stages), tuple(to_run), folder, tuple(refresh))
 
 
-def _stages(pipeline: list[Any], graph: Any, root: Path) -> list[Stage]:
+def _wanted(pipeline: list[Any], graph: Any, targets: Sequence[str]) -> list[Any]:
+    """The stages a run of ``targets`` involves: the targets and every stage they depend on."""
+    import networkx as nx
+
+    if not targets:
+        return pipeline
+    wanted = set()
+    for target in targets:
+        named = [s for s in pipeline if target in (s.addressing, s.addressing.split("@")[0])]
+        if not named:
+            raise PipelineError(
+                f"target {target!r} is no stage of dvc.yaml (its stages: {', '.join(s.addressing for s in pipeline)})"
+            )
+        for stage in named:
+            wanted |= {stage, *nx.descendants(graph, stage)}
+    return [s for s in pipeline if s in wanted]
+
+
+def _stages(pipeline: list[Any], graph: Any, root: Path, jobs: dict[str, StageResources]) -> list[Stage]:
     stages: list[Stage] = []
     rules: set[str] = set()
     for stage in pipeline:
@@ -144,9 +200,15 @@ def _stages(pipeline: list[Any], graph: Any, root: Path) -> list[Stage]:
                 outs=tuple(_relative(out.fs_path, root) for out in stage.outs),
                 uncached=tuple(_relative(out.fs_path, root) for out in stage.outs if not out.use_cache),
                 upstream=tuple(sorted({up.addressing for up in graph.successors(stage)})),
+                job=jobs[stage.addressing],
             )
         )
     return stages
+
+
+def stage_run_launch_args(job: StageResources) -> list[str]:
+    """The `snakedvc stage-run` options of a stage that runs its commands through `snakedvc launch`."""
+    return ["--nodes", str(job.nodes), "--procs-per-node", str(job.procs_per_node)] if job.procs_per_node else []
 
 
 def _rule_name(address: str, taken: set[str]) -> str:
@@ -169,20 +231,20 @@ def _is_params(dep: Any) -> bool:
     return isinstance(dep, ParamsDependency)
 
 
-def _frozen(pipeline: list[Any], name: str) -> bool:
-    return any(stage.frozen for stage in pipeline if stage.addressing == name)
-
-
 def set_params(overrides: Sequence[str], root: str | Path = ".") -> None:
     """Apply ``-S`` overrides to the params files as `dvc exp run -S` does (DVC's own functions:
     ``[file:]key=value``, Hydra's override grammar)."""
     if not overrides:
         return
+    from dvc.exceptions import DvcException
     from dvc.utils.cli_parse import to_path_overrides
     from dvc.utils.hydra import apply_overrides
 
-    for path, changes in to_path_overrides(list(overrides)).items():
-        apply_overrides(Path(root) / path, changes)
+    try:
+        for path, changes in to_path_overrides(list(overrides)).items():
+            apply_overrides(Path(root) / path, changes)
+    except DvcException as error:
+        raise PipelineError(f"-S {' '.join(overrides)}: {error}") from None
 
 
 def commit_stage(name: str, root: str | Path = ".") -> None:
@@ -199,32 +261,138 @@ def exp_run(
     name: str = "",
     snakemake_args: Sequence[str] = (),
     root: str | Path = ".",
+    resources_file: str | Path | None = None,
+    targets: Sequence[str] = (),
 ) -> str | None:
     """`dvc exp run`, each stage a Snakemake job: the experiment's name, or None when DVC finds
     nothing to run. A failed stage stops the run before any experiment is saved; the stages that
-    finished before it are committed (dvc.lock), the failed one not."""
+    finished before it are committed (dvc.lock), the failed one not. A pipeline, name or resources
+    file that cannot run is refused before the params files change."""
+    root = Path(root).resolve()
+    if DRY_RUN_OPTIONS & set(snakemake_args):
+        raise PipelineError("a dry run is `snakedvc exp run --dry` (Snakemake's --dry-run would record nothing)")
+    ignore_kit_folder(root)  # the plans, markers and logs; and Snakemake's records of the jobs:
+    ignore_kit_folder(root, ".snakemake", "Snakemake's records of snakedvc exp run's jobs")
+    with workspace_lock(root):
+        if name:
+            check_name_is_free(name, root)
+        return _exp_run(profile, overrides, name, snakemake_args, root, resources_file, targets)
+
+
+@contextlib.contextmanager
+def workspace_lock(root: Path) -> Iterator[None]:
+    """One exp run at a time in a workspace (its params files and outputs are the run's own), as
+    DVC allows one `dvc exp run` there; released when the process ends, however it ends."""
+    path = root / ".snakedvc" / "exp-run.lock"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a+") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise PipelineError(
+                f"another snakedvc exp run is running in {root} ({path}); wait for it, or run several "
+                "at once with `snakedvc submit`, each in a workspace of its own"
+            ) from None
+        yield
+
+
+def _exp_run(
+    profile: str | None,
+    overrides: Sequence[str],
+    name: str,
+    snakemake_args: Sequence[str],
+    root: Path,
+    resources_file: str | Path | None,
+    targets: Sequence[str],
+) -> str | None:
     from snakedvc.engine.runs.submission import new_run_id
 
-    root = Path(root).resolve()
-    if name:
-        check_name_is_free(name, root)
-    set_params(overrides, root)
-    folder = f".snakedvc/pipeline/{new_run_id()}"
-    plan = read_plan(root, folder)
-    if not plan.run:
+    folder = f"{PIPELINE_FOLDER}/{new_run_id()}"
+    plan = read_plan(root, folder, resources_file, targets)
+    if overrides:
+        set_params(overrides, root)
+        plan = read_plan(root, folder, resources_file, targets)  # what runs depends on the new values
+    if not plan.run and not plan.refresh:
         log.info("nothing to run: DVC reports every stage up to date (dvc status)")
         return None
-    plan_file = root / folder / "plan.json"
+    for frozen in plan.refresh:
+        log.info("stage %s is frozen: recorded as it is, not run (as dvc repro does)", frozen)
+        commit_stage(frozen, root)
+    if plan.run:
+        run_jobs(plan, profile, snakemake_args, root)
+    return save(plan, name, root)
+
+
+def run_jobs(plan: Plan, profile: str | None, snakemake_args: Sequence[str], root: Path) -> None:
+    """Snakemake runs the plan's stages, each a job; a PipelineError naming the failed stages."""
+    plan_file = root / plan.folder / "plan.json"
     plan.save(plan_file)
     command = [
         sys.executable, "-m", "snakemake", "--snakefile", str(module_file()), "--directory", str(root),
-        "--profile", profile or str(kit_profile("local")), "--config", f"snakedvc_pipeline={plan_file}",
-        *snakemake_args,
+        "--profile", str(pipeline_profile(profile, root)), "--config", f"snakedvc_pipeline={plan_file}",
+        # The workspace lock already keeps this run alone here; Snakemake's own would outlive a
+        # killed run (a lost controller) and stop the next.
+        "--nolock", *snakemake_args,
     ]  # fmt: skip
     log.info("stages to run: %s", ", ".join(plan.run))
     if subprocess.run(command, cwd=root).returncode != 0:
         raise PipelineError(failure(plan, root))
-    return save(plan, name, root)
+
+
+# The profiles the kit ships: `--profile slurm` works in a project that has none of its own.
+KIT_PROFILES = ("local", "slurm")
+
+# Where Snakemake looks for a workflow when given no --snakefile.
+SNAKEFILES = ("Snakefile", "snakefile", "workflow/Snakefile", "workflow/snakefile")
+
+
+def is_dvc_pipeline(root: Path, snakemake_args: Sequence[str] = ()) -> bool:
+    """A project `snakedvc submit` runs as a DVC pipeline: a dvc.yaml and no Snakemake workflow."""
+    if {"-s", "--snakefile"} & set(snakemake_args) or any((root / name).is_file() for name in SNAKEFILES):
+        return False
+    return (root / "dvc.yaml").is_file()
+
+
+@dataclass(frozen=True)
+class ExpRunOptions:
+    """What `snakedvc exp run` is given besides the profile and name: -S values, the resources
+    file, targets (a submitted run's controller passes them on)."""
+
+    overrides: tuple[str, ...] = ()
+    resources_file: str | None = None
+    targets: tuple[str, ...] = ()
+
+    def args(self) -> list[str]:
+        args = [arg for override in self.overrides for arg in ("-S", override)]
+        return [*args, *(["--resources", self.resources_file] if self.resources_file else []), *self.targets]
+
+
+def dry_run(
+    overrides: Sequence[str] = (),
+    root: str | Path = ".",
+    resources_file: str | Path | None = None,
+    targets: Sequence[str] = (),
+) -> Plan:
+    """What `exp_run` would run, with these ``-S`` values, changing no file (`dvc exp run --dry`)."""
+    from dvc.utils.cli_parse import to_path_overrides
+
+    root = Path(root).resolve()
+    plan = read_plan(root, "", resources_file, targets)
+    if not overrides:
+        return plan
+    saved = {
+        path: (root / path).read_bytes() if (root / path).exists() else None
+        for path in to_path_overrides(list(overrides))
+    }
+    try:
+        set_params(overrides, root)
+        return read_plan(root, "", resources_file, targets)
+    finally:
+        for path, text in saved.items():
+            if text is None:
+                (root / path).unlink(missing_ok=True)
+            else:
+                (root / path).write_bytes(text)
 
 
 def check_name_is_free(name: str, root: Path) -> None:
@@ -245,7 +413,13 @@ def failure(plan: Plan, root: Path) -> str:
     """What a failed run says: the stages that failed, with their logs; what dvc.lock kept."""
     failed = [s for s in plan.run if (root / plan.log(s)).exists() and not (root / plan.ran(s)).exists()]
     done = [s for s in plan.run if (root / plan.committed(s)).exists()]
-    where = "; ".join(f"stage {s!r} failed: its log is {plan.log(s)}" for s in failed) or "the pipeline failed"
+    where = (
+        "; ".join(
+            f"stage {s!r} failed: its log is {plan.log(s)} (its command: {' && '.join(plan.stage(s).commands)})"
+            for s in failed
+        )
+        or "the pipeline failed"
+    )
     return (
         f"{where} (Snakemake's messages above say more). "
         f"Committed to dvc.lock: {', '.join(done) or 'no stage'}; no experiment was saved"
@@ -253,25 +427,42 @@ def failure(plan: Plan, root: Path) -> str:
 
 
 def save(plan: Plan, name: str, root: Path) -> str:
-    """One `dvc exp save` with what `dvc exp run` commits: dvc.lock, params, uncached outputs."""
-    from snakedvc.engine.tracking import repo_lock, run_dvc, trim_experiment
+    """One `dvc exp save` with what `dvc exp run` commits: dvc.lock (the stages that ran), params,
+    the uncached outputs of the stages that ran."""
+    from snakedvc.engine.tracking import note_saved, repo_lock, run_dvc, trim_experiment
 
     args = ["exp", "save"]
     if name:
         args += ["--name", name]
-    for path in sorted({out for stage in plan.stages for out in stage.uncached if (root / out).exists()}):
+    produced = {out for name in plan.run for out in plan.stage(name).uncached if (root / out).exists()}
+    for path in sorted(produced):
         args += ["--include-untracked", path]
+    # Its stages only: without targets `dvc exp save` commits every stage, and would record a
+    # stage this run did not run (a target's neighbour, a frozen one) as up to date with new inputs.
+    args += ["--", *plan.refresh, *plan.run]
     with repo_lock(root):
         out = run_dvc(args, root)
         match = re.search(r"saved as:\s*(\S+)", out)
         saved = match.group(1) if match else name
         trim_experiment(saved, keep=[], records=[], root=root)  # DVC's scratch files out
     log.info("experiment saved: %s", saved)
+    note_saved(saved)
     return saved
 
 
 def module_file() -> Path:
     return Path(__file__).resolve().parent.parent / "modules" / "dvc_pipeline.smk"
+
+
+def pipeline_profile(profile: str | None, root: Path) -> Path:
+    """A profile folder: ``profile`` as a path (relative to ``root``), or ``local``/``slurm`` where
+    the project has no such folder: the kit's own (every job on this machine; the partitions of
+    its partitions.yaml). None: local."""
+    profile = profile or "local"
+    path = root / profile
+    if (path / "config.yaml").is_file() or profile not in KIT_PROFILES:
+        return path
+    return kit_profile(profile)
 
 
 def kit_profile(name: str) -> Path:

@@ -114,11 +114,13 @@ def read_record(root: Path | str) -> dict[str, Any] | None:
         return None
 
 
-def ignore_kit_folder(root: Path | str) -> None:
-    """Keep .snakedvc/ (run records, detached runs' workspaces) out of `git status` through the
-    repository's info/exclude, not .gitignore, which is the user's. Nothing to do outside git or
-    where git ignores it already."""
-    checked = subprocess.run(["git", "check-ignore", "-q", ".snakedvc"], cwd=root, capture_output=True)
+def ignore_kit_folder(
+    root: Path | str, folder: str = ".snakedvc", what: str = "run records, detached runs' workspaces"
+) -> None:
+    """Keep ``folder`` (.snakedvc/: run records, detached runs' workspaces) out of `git status`
+    through the repository's info/exclude, not .gitignore, which is the user's. Nothing to do
+    outside git or where git ignores it already."""
+    checked = subprocess.run(["git", "check-ignore", "-q", folder], cwd=root, capture_output=True)
     if checked.returncode != 1:  # 0: ignored already; 128: not a git repository
         return
     common = subprocess.run(
@@ -129,7 +131,7 @@ def ignore_kit_folder(root: Path | str) -> None:
     exclude = Path(common.stdout.strip()) / "info" / "exclude"
     exclude.parent.mkdir(parents=True, exist_ok=True)
     with open(exclude, "a") as handle:
-        handle.write("\n# snakedvc: run records, detached runs' workspaces\n/.snakedvc/\n")
+        handle.write(f"\n# snakedvc: {what}\n/{folder}/\n")
 
 
 def snakemake_outputs(root: Path | str) -> list[str]:

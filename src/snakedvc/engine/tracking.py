@@ -233,10 +233,15 @@ def save_experiment(
         if settings.push:
             push(saved, root)
     log.info("experiment saved: %s", saved)
-    if os.environ.get(EXPERIMENTS_FILE_ENV):  # a submitted run's controller lists what was saved
+    note_saved(saved)
+    return saved
+
+
+def note_saved(saved: str) -> None:
+    """A submitted run's controller lists the experiments its run saved (snakedvc runs)."""
+    if os.environ.get(EXPERIMENTS_FILE_ENV):
         with open(os.environ[EXPERIMENTS_FILE_ENV], "a") as handle:
             handle.write(saved + "\n")
-    return saved
 
 
 def push(saved: str, root: Path | str = ".") -> None:

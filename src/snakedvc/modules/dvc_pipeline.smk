@@ -5,9 +5,10 @@
 # A stage's job runs its commands as DVC would (`snakedvc stage-run`: in its wdir, by the shell,
 # DVC_ROOT and DVC_STAGE set, its outputs removed first). A local job on the submit host then
 # runs `dvc commit` of the stage (serialised by the kit's lock); the stages downstream wait for
-# that. Jobs are linked by marker files under the plan's folder, never by the stages' outputs:
-# DVC alone decides what is up to date.
-from snakedvc.engine.dvcpipeline import Plan
+# that. A stage's threads and resources come from snakedvc.yaml (the plan has them); the
+# profile routes them as it routes any rule's. Jobs are linked by marker files under the plan's
+# folder, never by the stages' outputs: DVC alone decides what is up to date.
+from snakedvc.engine.dvcpipeline import Plan, stage_run_launch_args
 from snakedvc.engine.env import use_this_interpreter
 
 use_this_interpreter()  # `snakedvc` in the jobs' commands is this environment's
@@ -34,11 +35,15 @@ for stage in PLAN.stages:
             wdir=stage.wdir,
             outs=list(stage.outs),
             commands=list(stage.commands),
+            launch=stage_run_launch_args(stage.job),
         log:
             PLAN.log(stage.name),
+        threads: stage.job.threads
+        resources:
+            **stage.job.resources,
         shell:
-            "snakedvc stage-run --stage {params.stage:q} --wdir {params.wdir:q} --remove {params.outs:q}"
-            " -- {params.commands:q} > {log:q} 2>&1"
+            "snakedvc stage-run --stage {params.stage:q} --wdir {params.wdir:q} {params.launch:q}"
+            " --remove {params.outs:q} -- {params.commands:q} > {log:q} 2>&1"
 
     rule:
         name:

@@ -74,6 +74,9 @@ class Run:
     note: str = ""  # what a finished run did not do: "nothing to be done" (no new experiment)
     reason: dict[str, Any] = field(default_factory=dict)  # a failed run's step, command, log and its last lines
     environment: dict[str, str] = field(default_factory=dict)  # for the controller: PYTHONPATH
+    # A DVC pipeline's run (no Snakefile): `snakedvc exp run`'s -S, --resources and targets. None:
+    # a Snakemake workflow.
+    exp_run_args: list[str] | None = None
 
     @property
     def dir(self) -> Path:

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from snakedvc import slurm
+from snakedvc.engine.dvcpipeline import ExpRunOptions, dry_run
 from snakedvc.engine.names import validate_experiment_name
 from snakedvc.engine.records import ignore_kit_folder
 from snakedvc.engine.runs.record import FINISHED_STATES, RUN_REF_PREFIX, Run, RunError, git, repository_root, this_host
@@ -109,6 +110,20 @@ def _quote(value: str) -> str:
 # --- submit ---------------------------------------------------------------------------------
 
 
+def check_out_outputs(workspace: Path) -> None:
+    """The workspace gets the outputs dvc.lock names from the shared cache (linked), so DVC finds
+    up to date there what is up to date at submit; one not in the cache runs again."""
+    from snakedvc.engine.tracking import repo_lock
+
+    with repo_lock(workspace):
+        proc = subprocess.run(
+            [sys.executable, "-m", "dvc", "checkout", "--quiet"],
+            cwd=workspace, capture_output=True, text=True, env={**os.environ, "DVC_NO_ANALYTICS": "1"},
+        )  # fmt: skip
+    if proc.returncode != 0:  # outputs missing from the cache: their stages run again
+        print(f"snakedvc submit: note: {proc.stderr.strip() or proc.stdout.strip()}", file=sys.stderr)
+
+
 def new_run_id(now: float | None = None) -> str:
     stamp = dt.datetime.fromtimestamp(now or time.time()).strftime("%Y%m%d-%H%M%S")
     return f"{stamp}-{secrets.token_hex(2)}"
@@ -120,8 +135,11 @@ def submit(
     name: str = "",
     share: Sequence[str] = (),
     cwd: Path | str = ".",
+    pipeline: ExpRunOptions | None = None,
 ) -> Run:
-    """Freeze the working tree, make the run's workspace and start its controller; returns the run."""
+    """Freeze the working tree, make the run's workspace and start its controller; returns the run.
+    ``pipeline``: a DVC pipeline's run (`snakedvc exp run` in the workspace, with these -S,
+    --resources and targets); None: a Snakemake workflow's."""
     root = repository_root(cwd)
     baseline = head_commit(root)
     run_id = new_run_id()
@@ -134,7 +152,10 @@ def submit(
     job = controller_settings(folder) if on_slurm else None  # bad settings fail here, before anything is made
     if on_slurm and not slurm.installed():
         raise RunError(f"profile {profile} submits to SLURM, but sbatch or squeue is not on PATH")
-    check_workflow_loads(root, profile, snakemake_args)
+    if pipeline is None:
+        check_workflow_loads(root, profile, snakemake_args)
+    else:  # read as the run will read it, changing nothing: one that cannot run fails here
+        dry_run(pipeline.overrides, root, pipeline.resources_file, pipeline.targets)
     outputs = earlier_outputs(root)
     commit, tree = freeze(root, f"snakedvc run {run_id} ({name}): the code as submitted", outputs)
     git(root, "update-ref", RUN_REF_PREFIX + run_id, commit)
@@ -149,10 +170,13 @@ def submit(
         snakemake_args=list(snakemake_args),
         slurm=on_slurm,
         created=time.time(),
+        exp_run_args=None if pipeline is None else pipeline.args(),
     )
     run.dir.mkdir(parents=True)
     try:
         make_workspace(root, run.workspace, baseline, tree, [*python_environments(root), *share], outputs)
+        if pipeline is not None:
+            check_out_outputs(run.workspace)
         paths = source_paths(root, run.workspace)
         if paths:
             run.environment = {"PYTHONPATH": os.pathsep.join(paths)}
