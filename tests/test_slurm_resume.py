@@ -79,22 +79,33 @@ def test_scancel_then_retry_resumes(slurm_cluster, project: Path) -> None:
 
 
 def test_time_limit_signal_checkpoints_and_resubmits(slurm_cluster, project: Path) -> None:
-    # A 3-minute limit with SIGTERM asked 90 s before it: the signal lands 30-90 s into the job.
-    # 40000 epochs took ~130 s here (25000 took 81 s and once finished before the signal came), and
-    # 5 jobs of ~87 s each on a slower day: longer than one job can run; --retries 9 leaves room.
-    more = ["train={max_epochs: 40000, patience: 100000, hidden_sizes: [64], checkpoint_every: 500}"]
+    # The profile asks SLURM for SIGTERM 90 s before a job's time limit. Rather than wait for a long
+    # limit (the signal lands anywhere from 0 to 60 s before the time asked), the running job's
+    # limit is cut to 2 minutes (scontrol update), as a cluster's limit would be reached: the
+    # warning is then due 30 s after the job started (it came 22 s in, at epoch ~2400, here).
+    # 20000 epochs take ~2 minutes: the signal comes mid-training, and the next job (the rule's own
+    # 60-minute limit) finishes it.
+    more = ["train={max_epochs: 20000, patience: 100000, hidden_sizes: [64], checkpoint_every: 500}"]
     snakemake = subprocess.Popen(
         [
-            sys.executable, "-m", "snakemake", "--profile", "profiles/slurm", "--retries", "9",
-            "--config", "data={limit: 200}", *more, "resources={train: {runtime: 3}}",
+            sys.executable, "-m", "snakemake", "--profile", "profiles/slurm", "--retries", "2",
+            "--config", "data={limit: 200}", *more,
         ],
         cwd=project, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
     )  # fmt: skip
+    wait_for_log(project, "epoch 100 ", snakemake)
+    first = running_train_job()
+    subprocess.run(["scontrol", "update", f"JobId={first}", "TimeLimit=2"], check=True)
     output = finish(snakemake)
     jobs = slurm_jobs_by_rule(output)["train"]
-    assert len(jobs) >= 2
-    # The warning signal before the time limit, not the kill at it.
+    assert len(jobs) == 2 and jobs[0] == first
+    # The warning signal before the time limit, not the kill at it: the first job checkpointed
+    # and ended (FAILED: the step's exit 75 fails the batch script) before its limit (TIMEOUT).
     assert "(SIGTERM checkpoint " in (project / "logs/train.log").read_text()
+    state = subprocess.run(
+        ["sacct", "-X", "-n", "-P", "-j", first, "-o", "State,Elapsed"], capture_output=True, text=True, check=True
+    ).stdout.split()
+    assert re.fullmatch(r"FAILED\|00:0[01]:\d\d", state[0]), state  # within its first 2 minutes
 
 
 def test_sigkill_resumes_from_periodic_checkpoint(slurm_cluster, project: Path) -> None:
