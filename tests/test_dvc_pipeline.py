@@ -301,6 +301,8 @@ def test_a_pipeline_that_cannot_run_is_refused_before_any_job_or_param_change(pr
     (repo / "dvc.yaml").write_text(DVC_YAML)
     (repo / "snakedvc.yaml").write_text("resources:\n  trian: {cpus: 2}\n")
     refused("snakedvc.yaml: resources entry 'trian' matches no stage of dvc.yaml")
+    typo = snakedvc(repo, "exp", "run", "--profile", "slrum", check=False)
+    assert typo.returncode == 1 and "profile 'slrum': no config.yaml in" in typo.stderr
 
 
 def accounted(ids: list[str], steps: bool = False) -> dict[str, dict[str, str]]:

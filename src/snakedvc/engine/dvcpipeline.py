@@ -271,6 +271,7 @@ def exp_run(
     root = Path(root).resolve()
     if DRY_RUN_OPTIONS & set(snakemake_args):
         raise PipelineError("a dry run is `snakedvc exp run --dry` (Snakemake's --dry-run would record nothing)")
+    profile = str(pipeline_profile(profile, root))  # a wrong one fails now, not once a job is due
     ignore_kit_folder(root)  # the plans, markers and logs; and Snakemake's records of the jobs:
     ignore_kit_folder(root, ".snakemake", "Snakemake's records of snakedvc exp run's jobs")
     with workspace_lock(root):
@@ -460,9 +461,14 @@ def pipeline_profile(profile: str | None, root: Path) -> Path:
     its partitions.yaml). None: local."""
     profile = profile or "local"
     path = root / profile
-    if (path / "config.yaml").is_file() or profile not in KIT_PROFILES:
+    if (path / "config.yaml").is_file():
         return path
-    return kit_profile(profile)
+    if profile in KIT_PROFILES:
+        return kit_profile(profile)
+    raise PipelineError(
+        f"profile {profile!r}: no config.yaml in {path} (a profile is a folder; "
+        f"{' and '.join(KIT_PROFILES)} name the kit's own where the project has no such folder)"
+    )
 
 
 def kit_profile(name: str) -> Path:
