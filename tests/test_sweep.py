@@ -284,3 +284,29 @@ def test_the_plans_public_members_are_exactly_the_documented_ones() -> None:
     assert public == set(PUBLIC)
     documented = set(re.findall(r"``(\w+)", SweepPlan.__doc__ or ""))
     assert set(PUBLIC) <= documented, set(PUBLIC) - documented
+
+
+def test_asha_has_the_rungs_of_halving_and_slots_enough_for_one_trial_to_reach_the_last(tmp_path) -> None:
+    config = sweep_config(space={"train.lr": [0.001, 0.003, 0.01, 0.03, 0.1]}, min_epochs=1, strategy="asha")
+    config["train"]["max_epochs"] = 4
+    plan = SweepPlan._from_config(config)
+    assert [r.epochs for r in plan._rungs] == [1, 2, 4]
+    assert plan._slots == 4  # eta^(rungs - 1), as Determined's default
+    config["snakedvc"]["sweep"]["max_concurrent_trials"] = 9
+    assert SweepPlan._from_config(config)._slots == 5  # never more slots than trials
+    header = SweepPlan._from_config(config)._asha_header()
+    # Every valid trial, started in an order drawn with the sweep's seed (the same each time).
+    assert sorted(header.trials) == ["t000", "t001", "t002", "t003", "t004"] and header.rungs == (1, 2, 4)
+    assert header.trials != tuple(sorted(header.trials)) and header == SweepPlan._from_config(config)._asha_header()
+    assert (header.eta, header.slots, header.metric, header.direction) == (2, 5, "valid_rmse", "min")
+    assert plan._describe()["strategy"] == "asha" and plan._describe()["slots"] == 4
+
+
+@pytest.mark.parametrize("key, value", [("max_concurrent_trials", 4), ("replay", "decisions.jsonl")])
+def test_asha_keys_are_refused_with_another_strategy_and_a_missing_replay_log_is_named(key: str, value) -> None:
+    config = sweep_config(space={"train.lr": [0.01, 0.1]}, **{key: value})
+    with pytest.raises(ConfigError, match=f"snakedvc.sweep.{key}': only strategy asha uses it .*successive_halving"):
+        SweepPlan._from_config(config)
+    config = sweep_config(space={"train.lr": [0.01, 0.1]}, strategy="asha", replay="no/such/decisions.jsonl")
+    with pytest.raises(ConfigError, match="snakedvc.sweep.replay': no file no/such/decisions.jsonl"):
+        SweepPlan._from_config(config)

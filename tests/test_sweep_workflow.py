@@ -60,6 +60,21 @@ def test_dry_run_shows_the_first_rung_trials_before_anything_runs(project: Path)
     assert "checkpoint jobs" in out  # later rungs are decided at run time
 
 
+def test_esol_sweep_turns_asha_with_one_line_and_its_dry_run_shows_each_slots_first_step(project: Path) -> None:
+    shutil.copytree(REPO / "sweeps", project / "sweeps")
+    text = (project / "sweeps/esol.yaml").read_text()
+    assert text.count("strategy: successive_halving") == 1
+    (project / "sweeps/esol.yaml").write_text(text.replace("strategy: successive_halving", "strategy: asha"))
+    proc = run_snakemake(project, "-n", "--configfile", "sweeps/esol.yaml")
+    out = proc.stdout + proc.stderr
+    steps = re.findall(
+        r"checkpoint sweep_asha_step:\n(?:.*\n)*?\s+output: results/sweeps/esol/asha/slot(\d+)/step0.json", out
+    )
+    # 8 trials, 4 rungs of eta 2: 2^3 = 8 slots, each deciding its first trial at run time.
+    assert sorted(int(s) for s in steps) == list(range(8))
+    assert "rule sweep_trial:" not in out
+
+
 @pytest.mark.slow
 def test_sweep_of_eight_trials_records_eight_experiments_and_halves_correctly(tmp_path: Path) -> None:
     repo = dvc_project(tmp_path / "repo", tmp_path / "remote")
@@ -132,10 +147,13 @@ def test_sweep_of_eight_trials_records_eight_experiments_and_halves_correctly(tm
 
 
 @pytest.mark.slow
-def test_failing_trials_are_reported_and_excluded_and_the_sweep_completes(project: Path) -> None:
+@pytest.mark.parametrize("strategy", ["successive_halving", "asha"])
+def test_failing_trials_are_reported_and_excluded_and_the_sweep_completes(project: Path, strategy: str) -> None:
     sweep = json.loads(json.dumps(SMALL_SWEEP))
     # 6 trials: dropout 1.5 is invalid (3 trials, caught before any job); lr 1e30 diverges (1 trial, at run time).
     sweep["snakedvc"]["sweep"]["space"] = {"train.lr": [0.001, 0.003, 1e30], "train.dropout": [0.1, 1.5]}
+    # ESOL's sweep with ASHA: the one line; the diverged trial counts as the worst result of its rung.
+    sweep["snakedvc"]["sweep"]["strategy"] = strategy
     name = write_sweep(project, sweep)
     proc = run_snakemake(project, "--profile", "profiles/local", "--configfile", name, "--cores", "2")
     out = proc.stdout + proc.stderr

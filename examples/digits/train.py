@@ -13,7 +13,9 @@ import argparse
 import json
 import logging
 import os
+import random
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -79,6 +81,10 @@ def plot_confusion(model: nn.Module, X: torch.Tensor, y: torch.Tensor, path: Pat
 def train(args: argparse.Namespace) -> None:
     hp = args.hparams
     torch.manual_seed(hp["seed"])  # weights and dropout
+    # Unused here, but kept in every checkpoint by Resumable: seeded, a run's checkpoints are the
+    # same bytes each time (a sweep's replay compares them).
+    random.seed(hp["seed"])
+    np.random.seed(hp["seed"])
     torch.set_num_threads(1)  # the same sums in the same order on every host: bit-reproducible
     torch.use_deterministic_algorithms(True)
     rank, world = int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))  # set by torchrun
@@ -109,12 +115,16 @@ def train(args: argparse.Namespace) -> None:
         order = torch.randperm(len(X["train"]), generator=torch.Generator().manual_seed(hp["seed"] * 1000 + epoch))
         net.train()
         for _step, batch in resume.steps(order.split(hp["batch_size"]), epoch):
+            started = time.monotonic()
             mine = batch[rank::world].to(device)
             # Scaled so that DDP's average over processes is the mean over the whole batch.
             loss = F.cross_entropy(net(X["train"][mine]), y["train"][mine], reduction="sum") * world / len(batch)
             optimizer.zero_grad()
             loss.backward()
             optimizer.step()
+            # A stand-in for a bigger model's step time (benchmarks of a sweep's scheduling); the
+            # weights are an unpadded run's.
+            time.sleep(max(0.0, hp["min_step_seconds"] - (time.monotonic() - started)))
         train_loss, _ = evaluate(model, X["train"], y["train"])
         _, valid_accuracy = evaluate(model, X["valid"], y["valid"])
         resume.log(train_loss=train_loss, valid_accuracy=valid_accuracy)

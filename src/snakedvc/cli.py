@@ -1,8 +1,9 @@
 """`snakedvc <command>`: the kit's commands, for users and for the kit's own module rules.
 
 `launch` wraps a user's command for 1 process, torchrun or srun + torchrun; `track` and
-`restore` talk to DVC (on the submit host only); `sweep-promote` and `sweep-report` are what
-the sweep module's rules run; `submit`, `runs`, `logs`, `cancel`, `resume` and `clean` start
+`restore` talk to DVC (on the submit host only); `sweep-promote`, `sweep-asha-step`,
+`sweep-asha-end` and `sweep-report` are what the sweep module's rules run, `sweep-explain` tells
+an asha sweep's decision log; `submit`, `runs`, `logs`, `cancel`, `resume` and `clean` start
 and control detached runs (`controller` is what a submitted run's controller runs). Every
 command takes `--log`: stderr and logging go there.
 """
@@ -83,6 +84,32 @@ def cmd_sweep_promote(args: argparse.Namespace) -> None:
     from snakedvc.engine.sweep.promotion import decide
 
     decide(args.metrics_files, args.rung, args.keep, args.metric, args.direction, args.output)
+
+
+def cmd_sweep_asha_step(args: argparse.Namespace) -> None:
+    from snakedvc.engine.sweep.asha_steps import decide_step
+    from snakedvc.engine.sweep.decisions import Header
+
+    header = Header.from_dict(json.loads(args.plan))
+    decide_step(args.decisions, header, args.slot, args.step, args.trained, args.output, args.replay)
+
+
+def cmd_sweep_asha_end(args: argparse.Namespace) -> None:
+    from snakedvc.engine.sweep.asha_steps import finish
+    from snakedvc.engine.sweep.decisions import Header
+
+    summary = finish(args.decisions, Header.from_dict(json.loads(args.plan)), args.output, args.replay)
+    log.info("asha: %d trial-rungs, %d epochs; winner %s (rung %s)", summary["trial_rungs"],
+             summary["epochs_trained"], summary["winner"], summary["winner_rung"])  # fmt: skip
+
+
+def cmd_sweep_explain(args: argparse.Namespace) -> None:
+    from snakedvc.engine.sweep.explain import explain
+
+    text, problems = explain(args.decisions)
+    print(text)
+    if problems:
+        raise SystemExit(1)
 
 
 def cmd_sweep_report(args: argparse.Namespace) -> None:
@@ -216,6 +243,7 @@ def build_parser() -> argparse.ArgumentParser:
         return p
 
     _add_step_commands(step)
+    _add_sweep_commands(step)
     _add_run_commands(step)
 
     # Started by `snakedvc submit`, not by hand: hidden from the command list.
@@ -252,21 +280,6 @@ def _add_step_commands(step: Step) -> None:
     p = step("dvc-commit", cmd_dvc_commit, "dvc commit of one stage that has run (submit host, serialised)")
     p.add_argument("stage")
 
-    p = step("sweep-promote", cmd_sweep_promote, "rank one rung's trials by their metric; keep the best")
-    p.add_argument("--rung", type=int, required=True)
-    p.add_argument("--keep", type=int, required=True, help="how many trials go on to the next rung")
-    p.add_argument("--metric", required=True, help="the key in each trial's metrics file")
-    p.add_argument("--direction", choices=["min", "max"], required=True)
-    p.add_argument("--output", required=True)
-    p.add_argument("metrics_files", nargs="*", help="the rung's trial metrics files (.../trials/<trial>/rung<r>/...)")
-
-    p = step("sweep-report", cmd_sweep_report, "sweep summary table, metric plot, every trial's files")
-    p.add_argument("--plan", required=True, help="the sweep plan (JSON)")
-    p.add_argument("--trials", required=True, help="the sweep's trials folder")
-    p.add_argument("--leave-out", default="state.pt", help="file of a trial folder not copied (its state)")
-    p.add_argument("--output", required=True, help="report directory")
-    p.add_argument("decisions", nargs="+", help="every rung's decision file, in order")
-
     p = step("report", cmd_report, "one self-contained HTML page of the run: metrics, curves, plots, DAG, resources")
     p.add_argument("--out", default="results/report.html", help="where to write it (default results/report.html)")
     p.add_argument("--title", default="", help="the page's title (default: the project folder's name)")
@@ -281,6 +294,47 @@ def _add_step_commands(step: Step) -> None:
     p = step("restore", cmd_restore, "dvc exp apply NAME and mark its outputs up to date for Snakemake")
     p.add_argument("name")
     p.add_argument("--params", default="results/params.yaml", help="the experiment's effective params file")
+
+
+def _add_sweep_commands(step: Step) -> None:
+    """What the sweep module's rules run, and `sweep-explain`, which a person runs."""
+    p = step("sweep-promote", cmd_sweep_promote, "rank one rung's trials by their metric; keep the best")
+    p.add_argument("--rung", type=int, required=True)
+    p.add_argument("--keep", type=int, required=True, help="how many trials go on to the next rung")
+    p.add_argument("--metric", required=True, help="the key in each trial's metrics file")
+    p.add_argument("--direction", choices=["min", "max"], required=True)
+    p.add_argument("--output", required=True)
+    p.add_argument("metrics_files", nargs="*", help="the rung's trial metrics files (.../trials/<trial>/rung<r>/...)")
+
+    p = step("sweep-asha-step", cmd_sweep_asha_step, "an asha sweep's slot: record its last result, decide its next")
+    p.add_argument("--decisions", required=True, help="the sweep's decision log (JSON lines)")
+    p.add_argument("--plan", required=True, help="trials, rungs, eta, slots, metric, direction (JSON)")
+    p.add_argument("--slot", type=int, required=True)
+    p.add_argument("--step", type=int, required=True)
+    p.add_argument("--replay", default="", help="an earlier decision log to follow instead of deciding")
+    p.add_argument("--output", required=True, help="the step's decision file")
+    p.add_argument("trained", nargs="*", help="the metrics file, then the state, of the trial-rung of the step before")
+
+    p = step("sweep-asha-end", cmd_sweep_asha_end, "an asha sweep's end: winner, each rung, timeline")
+    p.add_argument("--decisions", required=True, help="the sweep's decision log (JSON lines)")
+    p.add_argument("--plan", required=True, help="trials, rungs, eta, slots, metric, direction (JSON)")
+    p.add_argument("--replay", default="", help="the decision log the sweep followed, if it was a replay")
+    p.add_argument("--output", required=True, help="the summary (JSON)")
+
+    p = step("sweep-report", cmd_sweep_report, "sweep summary table, metric plot, every trial's files")
+    p.add_argument("--plan", required=True, help="the sweep plan (JSON)")
+    p.add_argument("--trials", required=True, help="the sweep's trials folder")
+    p.add_argument("--leave-out", default="state.pt", help="file of a trial folder not copied (its state)")
+    p.add_argument("--output", required=True, help="report directory")
+    p.add_argument("decisions", nargs="+", help="every rung's decision file, in order")
+
+    p = step(
+        "sweep-explain",
+        cmd_sweep_explain,
+        "an asha sweep's decisions in order: each result, what the rule made of it, the winner; "
+        "exits 1 where a decision is not what the results give",
+    )
+    p.add_argument("decisions", help="the decision log: <sweep folder>/asha/decisions.jsonl or its report's copy")
 
 
 def _add_run_commands(step: Step) -> None:
@@ -347,6 +401,7 @@ def main(argv: list[str] | None = None) -> int:
     from snakedvc.engine.config import ConfigError
     from snakedvc.engine.init import InitError
     from snakedvc.engine.runs import RunError
+    from snakedvc.engine.sweep.decisions import DecisionLogError
     from snakedvc.engine.tracking import TrackingError
 
     argv = sys.argv[1:] if argv is None else argv
@@ -358,7 +413,7 @@ def main(argv: list[str] | None = None) -> int:
     _setup_logging(getattr(args, "log", None))
     try:
         args.func(args)
-    except (ConfigError, FileNotFoundError, InitError, RunError, TrackingError, ValueError) as error:
+    except (ConfigError, DecisionLogError, FileNotFoundError, InitError, RunError, TrackingError, ValueError) as error:
         # PipelineError (dvc.yaml) is a ValueError.
         log.error("%s", error)
         print(f"snakedvc {args.command}: error: {error}", file=sys.stderr)

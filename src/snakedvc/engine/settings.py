@@ -51,6 +51,8 @@ class Sweep:
     strategy: str
     min_epochs: int
     reduction_factor: int
+    max_concurrent_trials: int
+    replay: str
     metrics_file: str
     state_file: str
     final_metrics: str

@@ -12,6 +12,7 @@ from __future__ import annotations
 import copy
 import logging
 import math
+import random
 import time
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
@@ -51,6 +52,10 @@ class TrainResult:
 
 def make_deterministic(seed: int, threads: int) -> None:
     torch.manual_seed(seed)
+    # Unused here, but Resumable keeps Python's and NumPy's generators in every checkpoint:
+    # seeded, a run's checkpoints are the same bytes each time (a sweep's replay compares them).
+    random.seed(seed)
+    np.random.seed(seed)
     torch.set_num_threads(threads)
     torch.use_deterministic_algorithms(True)
 

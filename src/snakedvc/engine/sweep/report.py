@@ -21,11 +21,15 @@ if TYPE_CHECKING:  # pandas is imported where used: every Snakemake start-up (on
 SUMMARY_COLUMNS = ("trial", "status", "rung", "epochs", "metric", "best", "error")
 
 
-def summarise(plan: Mapping[str, Any], decisions: Sequence[Mapping[str, Any]]) -> pd.DataFrame:
+def last_rungs_best(decisions: Sequence[Mapping[str, Any]]) -> str | None:
+    """The winner of a synchronous sweep: the best of its last rung."""
+    return decisions[-1]["ranking"][0] if decisions and decisions[-1]["ranking"] else None
+
+
+def summarise(plan: Mapping[str, Any], decisions: Sequence[Mapping[str, Any]], best: str | None) -> pd.DataFrame:
     """One row per trial: the furthest rung it reached, its epochs and metric there."""
     import pandas as pd
 
-    best = decisions[-1]["ranking"][0] if decisions and decisions[-1]["ranking"] else None
     rows = []
     for trial in plan["trials"]:
         tid = trial["trial"]
@@ -58,14 +62,15 @@ def format_summary(table: pd.DataFrame, metric: str) -> str:
     return text + ("\nexcluded:\n" + "\n".join(errors) if errors else "")
 
 
-def plot_rungs(plan: Mapping[str, Any], decisions: Sequence[Mapping[str, Any]], path: str | Path) -> None:
+def plot_rungs(
+    plan: Mapping[str, Any], decisions: Sequence[Mapping[str, Any]], best: str | None, path: str | Path
+) -> None:
     """The metric of each trial at the end of each rung it trained in, against epochs."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    best = decisions[-1]["ranking"][0] if decisions and decisions[-1]["ranking"] else None
     curves: dict[str, tuple[list[int], list[float]]] = {}
     for index, decision in enumerate(decisions):
         for trial, result in decision["results"].items():
@@ -87,12 +92,58 @@ def plot_rungs(plan: Mapping[str, Any], decisions: Sequence[Mapping[str, Any]], 
     plt.close(fig)
 
 
+def plot_timeline(
+    plan: Mapping[str, Any], timeline: Sequence[Mapping[str, Any]], best: str | None, path: str | Path
+) -> None:
+    """An asha sweep's slots against time: each trial-rung a bar from the decision that gave it
+    to its slot until its result (rung by colour, trial by label, the winner outlined)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    slots = int(plan.get("slots") or 1)
+    fig, ax = plt.subplots(figsize=(9, 1.2 + 0.55 * slots), dpi=100)
+    colours = plt.get_cmap("viridis")
+    n_rungs = max(len(plan["rungs"]) - 1, 1)
+    for row in timeline:
+        end = row["end"] if row["end"] is not None else row["start"]
+        edge = {"edgecolor": "black", "linewidth": 2} if row["trial"] == best else {"edgecolor": "white"}
+        ax.barh(row["slot"], end - row["start"], left=row["start"], height=0.8,
+                color=colours(row["rung"] / n_rungs), **edge)  # fmt: skip
+        label = f"{row['trial']}" + ("" if row["status"] == "ok" else " x")
+        ax.text(row["start"] + (end - row["start"]) / 2, row["slot"], label, ha="center", va="center", fontsize=6,
+                color="white" if row["rung"] < n_rungs / 2 else "black")  # fmt: skip
+    handles = [plt.Rectangle((0, 0), 1, 1, color=colours(r / n_rungs)) for r in range(len(plan["rungs"]))]
+    labels = [f"rung {r['rung']} ({r['epochs']} epochs)" for r in plan["rungs"]]
+    ax.legend(handles, labels, fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.35), ncol=len(labels))
+    ax.set_yticks(range(slots), [f"slot {s}" for s in range(slots)])
+    ax.invert_yaxis()
+    ax.set_xlabel("seconds since the sweep's first decision")
+    ax.set_title(f"Sweep {plan['name']}: which trial-rung ran in which slot when (x: failed; outlined: winner)")
+    fig.tight_layout()
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, format="png", metadata={"Software": None})
+    plt.close(fig)
+
+
+def read_decisions(decision_files: Sequence[str]) -> tuple[list[dict[str, Any]], str | None, dict[str, Any] | None]:
+    """Each rung's decision, the winner, and for asha its summary. An asha sweep's files are its
+    decision log (``.jsonl``) and its end's summary; a synchronous one's, one decision per rung."""
+    if decision_files and str(decision_files[0]).endswith(".jsonl"):
+        summary = json.loads(Path(decision_files[1]).read_text())
+        return summary["rungs"], summary["winner"], summary
+    decisions = [json.loads(Path(d).read_text()) for d in decision_files]
+    return decisions, last_rungs_best(decisions), None
+
+
 def write(plan: Mapping[str, Any], decision_files: Sequence[str], trials: Path, leave_out: str, out: Path) -> str:
     """The report folder (the sweep module's `report` rule): summary.csv and .txt, rungs.png,
     plan.json and each completed trial's folder from the furthest rung it reached (without
-    ``leave_out``, the state file). Returns the summary's text."""
-    decisions = [json.loads(Path(d).read_text()) for d in decision_files]
-    table = summarise(plan, decisions)
+    ``leave_out``, the state file); for asha also timeline.png, asha.json (its summary) and
+    decisions.jsonl (its decision log). Returns the summary's text."""
+    decisions, best, asha = read_decisions(decision_files)
+    table = summarise(plan, decisions, best)
     out.mkdir(parents=True, exist_ok=True)
     rows = progress(table.itertuples(), total=len(table), desc=f"sweep {plan['name']} report", unit="trials")
     for row in rows:
@@ -100,14 +151,26 @@ def write(plan: Mapping[str, Any], decision_files: Sequence[str], trials: Path, 
             continue
         source = trials / str(row.trial) / f"rung{int(row.rung)}"
         shutil.copytree(source, out / "trials" / str(row.trial), ignore=shutil.ignore_patterns(leave_out))
-    plot_rungs(plan, decisions, out / "rungs.png")
+    plot_rungs(plan, decisions, best, out / "rungs.png")
     with atomic_path(out / "summary.csv") as tmp:
         table.to_csv(tmp, index=False, float_format="%.6g")
+    if asha is not None:
+        plan = {**plan, "total_epochs": asha["epochs_trained"], "trial_rungs": asha["trial_rungs"]}
+        plot_timeline(plan, asha["timeline"], best, out / "timeline.png")
+        shutil.copyfile(decision_files[0], out / "decisions.jsonl")
+        (out / "asha.json").write_text(json.dumps(asha, indent=2, sort_keys=True) + "\n")
     (out / "plan.json").write_text(json.dumps(plan, indent=2, sort_keys=True) + "\n")
     text = format_summary(table, plan["metric"])
     (out / "summary.txt").write_text(text + "\n")
-    log.info("sweep %s (%d epochs scheduled):\n%s", plan["name"], plan["total_epochs"], text)
+    log.info("sweep %s (%s):\n%s", plan["name"], epochs_note(plan), text)
     return text
+
+
+def epochs_note(plan: Mapping[str, Any]) -> str:
+    if plan.get("strategy") == "asha":
+        return (f"asha on {plan.get('slots')} slots: {plan.get('total_epochs', '?')} epochs trained in "
+                f"{plan.get('trial_rungs', '?')} trial-rung jobs")  # fmt: skip
+    return f"{plan.get('total_epochs', '?')} epochs scheduled"
 
 
 def html_section(report_dir: Path) -> str:
@@ -127,12 +190,16 @@ def html_section(report_dir: Path) -> str:
     parts.append(
         f'<p>Winner: <strong data-sweep-winner="{html.escape(winner)}">{html.escape(winner) or "none"}</strong>; '
         f"{len(summary)} trials, metric {html.escape(str(plan.get('metric', '')))} "
-        f"({html.escape(str(plan.get('direction', '')))}), {plan.get('total_epochs', '?')} epochs scheduled.</p>"
+        f"({html.escape(str(plan.get('direction', '')))}), {html.escape(epochs_note(plan))}.</p>"
     )
     parts.append(_table(summary.to_dict("records"), highlight=("trial", winner)))
     rungs = report_dir / "rungs.png"
     if rungs.is_file():
         parts.append(_figure(rungs.read_bytes(), "image/png", "Rungs: each trial's metric per rung"))
+    timeline = report_dir / "timeline.png"
+    if timeline.is_file():
+        caption = "Promotion timeline: which trial-rung ran in which slot when (decisions.jsonl has every decision)"
+        parts.append(_figure(timeline.read_bytes(), "image/png", caption))
     if series:
         png = curves_png(series, "Every trial's curves (winner bold)", highlight=winner)
         parts.append(_figure(png, "image/png", "Every trial's curves"))
