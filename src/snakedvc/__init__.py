@@ -33,7 +33,8 @@ the rest)
 On the command line: ``snakedvc launch -- COMMAND`` (1 process, torchrun, srun + torchrun),
 ``snakedvc restore NAME``, ``snakedvc submit`` (a detached run pinned to the code as it is;
 ``runs``, ``logs``, ``cancel``, ``resume``, ``clean``). In a training loop: ``snakedvc.torch``
-(the ``torch`` extra): ``Resumable`` (``epochs``, ``steps``, ``log``, ``finish``).
+(the ``torch`` extra): ``Resumable`` (``epochs``, ``steps``, ``log``, ``finish``); ``ShardedRows``
+(``batches``) for data larger than memory.
 """
 
 from __future__ import annotations
@@ -86,6 +87,7 @@ API: dict[str, dict[str, tuple[str, ...]]] = {
         "torch.Resumable": ("epochs", "steps", "log", "finish"),
     },
     "sweeps": {"sweep_plan": ("outputs", "previous_state", "trial_args", "log", "benchmark")},
+    "data larger than memory, the same batches on 1 or N ranks": {"torch.ShardedRows": ("batches",)},
 }  # fmt: skip
 
 __version__ = "0.1.0"

@@ -35,11 +35,30 @@ def section_json(*names):
     return json.dumps({name: config[name] for name in names}, sort_keys=True)
 
 
+# config `loading.stream`: features written uncompressed, training reading the featurise shards.
+STREAM = config["loading"]["stream"]
+STORED = "--stored" if STREAM else ""
+
+
+def gathered_splits():
+    """The splits whose features are one file: all, except the ones training streams from shards."""
+    if STREAM and config["featurise"]["shards"] > 1:
+        return ["test"]
+    return SPLITS
+
+
+def split_features(split):
+    """What training reads of a split: its features file, or its shards when it streams them."""
+    if split in gathered_splits():
+        return f"results/features/{split}.npz"
+    return feature_shards(split, "npz")
+
+
 def tracked_outputs():
     """The .dvc files that record this run's outputs in DVC (none where tracking is off)."""
     if SWEEP.enabled:
         return snakedvc.tracked(config, SWEEP.report)
-    features = expand("results/features/{split}.{ext}", split=SPLITS, ext=["npz", "rejects.csv"])
+    features = expand("results/features/{split}.{ext}", split=gathered_splits(), ext=["npz", "rejects.csv"])
     return snakedvc.tracked(
         config,
         rules.split.output,
@@ -65,10 +84,12 @@ def feature_shards(split, ext):
 
 
 def featurise_output(ext):
-    """A split's features (one shard: nothing to gather), else one shard's, kept until gathered."""
+    """A split's features (one shard: nothing to gather), else one shard's, kept until gathered
+    (and kept for good when training streams the shards)."""
     if config["featurise"]["shards"] == 1:
         return f"results/features/{{split}}.{ext}"
-    return temp(f"results/features/shards/{{split}}/{{shard}}-of-{{shards}}.{ext}")
+    shard = f"results/features/shards/{{split}}/{{shard}}-of-{{shards}}.{ext}"
+    return shard if STREAM else temp(shard)
 
 
 def featurise_log(folder, ext="log"):

@@ -1,7 +1,8 @@
 # Featurisation, scattered: with featurise.shards = K > 1 each split is cut into K contiguous
 # blocks of rows, each block its own job (a SLURM job through the profile), and gather_features
 # concatenates them in order. With K = 1 featurise writes the split's features itself. The
-# features are byte-identical for any K (tested).
+# features are byte-identical for any K (tested). With loading.stream, training reads the
+# training and validation shards themselves: only the test split is gathered.
 
 
 rule featurise:
@@ -15,6 +16,7 @@ rule featurise:
         cfg=section_json("featurise"),
         shard=lambda w: w.get("shard", 0),
         shards=config["featurise"]["shards"],
+        stored=STORED,
     log:
         featurise_log("logs/featurise"),
     benchmark:
@@ -28,7 +30,7 @@ rule featurise:
     group: "shards" if config["featurise"]["shards"] > 1 else None
     shell:
         "{params.python:q} -m esol featurise --log {log:q} --params {params.cfg:q} --input {input.split:q}"
-        " --shard {params.shard} --shards {params.shards}"
+        " --shard {params.shard} --shards {params.shards} {params.stored}"
         " --output {output.features:q} --rejects {output.rejects:q}"
 
 
@@ -44,6 +46,7 @@ if config["featurise"]["shards"] > 1:
         params:
             python=config["python"],
             cfg=section_json("featurise"),
+            stored=STORED,
         log:
             "logs/featurise/{split}.log",
         benchmark:
@@ -54,4 +57,4 @@ if config["featurise"]["shards"] > 1:
             "{params.python:q} -m esol gather-features --log {log:q} --params {params.cfg:q}"
             " --where results/split/{wildcards.split}.csv"
             " --features {input.features:q} --shard-rejects {input.rejects:q}"
-            " --output {output.features:q} --rejects {output.rejects:q}"
+            " --output {output.features:q} --rejects {output.rejects:q} {params.stored}"

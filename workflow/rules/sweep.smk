@@ -24,6 +24,7 @@ rule sweep_featurise:
     params:
         python=config["python"],
         cfg=lambda w: json.dumps(SWEEP.variants("featurise")[w.fkey], sort_keys=True),
+        stored=STORED,
     log:
         f"logs/sweeps/{SWEEP.name}/featurise/{{fkey}}/{{split}}.log",
     benchmark:
@@ -34,7 +35,7 @@ rule sweep_featurise:
         runtime=res("featurise", "runtime"),
     shell:
         "{params.python:q} -m esol featurise --log {log:q} --params {params.cfg:q} --input {input.split:q}"
-        " --output {output.features:q} --rejects {output.rejects:q}"
+        " --output {output.features:q} --rejects {output.rejects:q} {params.stored}"
 
 
 # A trial is the train rule with the trial's config, trained to its rung's epochs; it continues

@@ -1,7 +1,7 @@
 rule train:
     input:
-        train="results/features/train.npz",
-        valid="results/features/valid.npz",
+        train=split_features("train"),
+        valid=split_features("valid"),
     output:
         model="results/model/model.pt",
         # dvclive's folder (snakedvc.live): every epoch's losses, readable while the job runs.
@@ -17,6 +17,9 @@ rule train:
         procs=res("train", "processes"),
         # A sweep trial's own arguments (rules/sweep.smk); none for the workflow's model.
         trial="",
+        # config loading: stream the splits from their (shard) files, with DataLoader workers.
+        stream="--stream" if STREAM else "",
+        workers=config["loading"]["workers"],
     # One core per process on each node (torchrun's workers run one intra-op thread each by default).
     threads: max(res("train", "threads"), res("train", "processes"))
     resources:
@@ -29,4 +32,5 @@ rule train:
     shell:
         "exec {params.python:q} -m snakedvc launch --log {log:q} --nodes {params.nodes} --procs-per-node {params.procs}"
         " -- {params.python:q} -m esol train --params {params.cfg:q} --train {input.train:q} --valid {input.valid:q}"
-        " --model {output.model:q} --live {output.live:q} {params.trial}"
+        " --model {output.model:q} --live {output.live:q} {params.stream} --loader-workers {params.workers}"
+        " {params.trial}"

@@ -2,7 +2,8 @@
 
 `Resumable` is what a training loop adopts (see `snakedvc.torch.resume`); `session`,
 `DistContext` and `all_sum` are what a loop needs under torchrun (process group, rank,
-summed metrics); `StopRequest` is the SIGTERM flag Resumable polls. They are imported on
+summed metrics); `StopRequest` is the SIGTERM flag Resumable polls; `ShardedRows` streams
+rows from array shards larger than memory, each rank its share of every global batch. They are imported on
 first use, so `add_resume_arguments` and the exception cost no torch import.
 """
 
@@ -21,12 +22,15 @@ if TYPE_CHECKING:
     from snakedvc.torch.checkpoint import StopRequest
     from snakedvc.torch.distributed import DistContext, all_sum, session
     from snakedvc.torch.resume import Resumable, Start
+    from snakedvc.torch.shards import ShardedRows, ShardError
 
 __all__ = [
     "EXIT_CHECKPOINTED",
     "CheckpointBusy",
     "DistContext",
     "Resumable",
+    "ShardError",
+    "ShardedRows",
     "Start",
     "StopRequest",
     "TrainingStopped",
@@ -37,6 +41,8 @@ __all__ = [
 _LAZY = {
     "Resumable": "resume",
     "Start": "resume",
+    "ShardedRows": "shards",
+    "ShardError": "shards",
     "StopRequest": "checkpoint",
     "DistContext": "distributed",
     "all_sum": "distributed",

@@ -256,7 +256,11 @@ class Resumable:
         skip = self._skip[1] if self._skip and self._skip[0] == epoch else 0
         self._skip = None
         self._epoch = epoch
-        for step, batch in enumerate(batches):
+        first = 0
+        if skip and hasattr(batches, "starting_at"):
+            # Batches that can start at a step (snakedvc.torch.ShardedRows's) read none before it.
+            batches, first = batches.starting_at(skip), skip
+        for step, batch in enumerate(batches, start=first):
             if step < skip:
                 continue
             if self._stop_agreed():

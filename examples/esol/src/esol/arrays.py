@@ -40,11 +40,13 @@ class _Column:
 class NpzWriter:
     """Append arrays row-chunk by row-chunk; ``close`` writes the .npz atomically.
 
-    Use as a context manager; on an exception nothing is written.
+    Use as a context manager; on an exception nothing is written. ``stored``: entries are not
+    compressed, so a reader can take rows straight from the file (snakedvc.torch.ShardedRows).
     """
 
-    def __init__(self, path: str | Path) -> None:
+    def __init__(self, path: str | Path, stored: bool = False) -> None:
         self.path = Path(path)
+        self.compression = zipfile.ZIP_STORED if stored else zipfile.ZIP_DEFLATED
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._tmp = tempfile.TemporaryDirectory(dir=self.path.parent, prefix=f".{self.path.name}.")
         self._columns: dict[str, _Column] = {}
@@ -77,7 +79,7 @@ class NpzWriter:
 
     def close(self) -> None:
         try:
-            with atomic_path(self.path) as tmp, zipfile.ZipFile(tmp, "w", zipfile.ZIP_DEFLATED) as archive:
+            with atomic_path(self.path) as tmp, zipfile.ZipFile(tmp, "w", self.compression) as archive:
                 for name in sorted(self._columns):
                     column = self._columns[name]
                     shape = (column.rows, *column.row_shape)
@@ -86,7 +88,7 @@ class NpzWriter:
                         "fortran_order": False,
                     }
                     header["shape"] = () if column.scalar else shape
-                    _write_entry(archive, name, header, column.handle)
+                    _write_entry(archive, name, header, column.handle, self.compression)
         finally:
             self.discard()
 
@@ -105,13 +107,15 @@ class NpzWriter:
             self.discard()
 
 
-def _write_entry(archive: zipfile.ZipFile, name: str, header: dict[str, Any], data: IO[bytes]) -> None:
+def _write_entry(
+    archive: zipfile.ZipFile, name: str, header: dict[str, Any], data: IO[bytes], compression: int
+) -> None:
     head = io.BytesIO()
     np.lib.format.write_array_header_1_0(head, header)
     size = data.seek(0, 2)
     data.seek(0)
     info = zipfile.ZipInfo(f"{name}.npy", date_time=_EPOCH)
-    info.compress_type = zipfile.ZIP_DEFLATED
+    info.compress_type = compression
     info.external_attr = 0o644 << 16
     with archive.open(info, "w", force_zip64=size >= _ZIP64_FROM) as entry:
         entry.write(head.getvalue())

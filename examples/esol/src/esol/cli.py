@@ -60,7 +60,9 @@ def cmd_featurise(args: argparse.Namespace) -> None:
     cfg = section(FeaturiseConfig, _params(args))
     if not 0 <= args.shard < args.shards:
         raise UserError(f"--shard {args.shard} is not in 0..{args.shards - 1} (--shards {args.shards})")
-    result = featurise_file(args.input, args.output, args.rejects, cfg, args.shard, args.shards, cfg.chunk_size)
+    result = featurise_file(
+        args.input, args.output, args.rejects, cfg, args.shard, args.shards, cfg.chunk_size, stored=args.stored
+    )
     where = str(args.input) if args.shards == 1 else f"{args.input} shard {args.shard + 1} of {args.shards}"
     engine = "RDKit MorganGenerator" if uses_fast_path(cfg) else "molflux"
     n_valid = result.n_input - len(result.rejects)
@@ -82,7 +84,9 @@ def cmd_gather_features(args: argparse.Namespace) -> None:
     cfg = section(FeaturiseConfig, _params(args))
     if len(args.features) != len(args.shard_rejects):
         raise UserError(f"{len(args.features)} feature shards but {len(args.shard_rejects)} reject files")
-    n_valid, rejects = gather_features(args.features, args.shard_rejects, args.output, args.rejects, cfg, args.where)
+    n_valid, rejects = gather_features(
+        args.features, args.shard_rejects, args.output, args.rejects, cfg, args.where, stored=args.stored
+    )
     log.info(
         "gathered %d shards: %d molecules, %d rejected -> %s", len(args.features), n_valid, len(rejects), args.output
     )
@@ -91,8 +95,9 @@ def cmd_gather_features(args: argparse.Namespace) -> None:
 def cmd_train(args: argparse.Namespace) -> None:
     from esol.config import TrainConfig, section
     from esol.errors import TrainingDivergedError
-    from esol.features import load_features
+    from esol.features import FeatureSet, load_features
     from esol.model import save_model
+    from esol.streaming import StreamedFeatures, streamed_features
     from esol.train import best_metrics, train_model, write_trial_metrics
     from snakedvc.live import EpochLog
     from snakedvc.torch import Resumable, session
@@ -100,14 +105,22 @@ def cmd_train(args: argparse.Namespace) -> None:
     params = _params(args)
     cfg = section(TrainConfig, params)
     # Keyed by what determines the result: another config or other features never resume from it.
+    if not args.stream and (len(args.train) > 1 or len(args.valid) > 1):
+        raise UserError("several features files per split need --stream (or gather them into one first)")
+    train: FeatureSet | StreamedFeatures
+    valid: FeatureSet | StreamedFeatures
+    if args.stream:  # every shard checked first: a missing or cut one is named before anything else
+        train, valid = (streamed_features(p, cfg.seed, args.loader_workers) for p in (args.train, args.valid))
     resume = Resumable.from_args(
-        args, params, [args.train, args.valid], keep=cfg.checkpoint_keep, keep_checkpoints=cfg.keep_checkpoints
+        args, params, [*args.train, *args.valid], keep=cfg.checkpoint_keep, keep_checkpoints=cfg.keep_checkpoints
     )
     with session() as ctx:
         # Every epoch's losses in dvclive's files (rank 0), readable while the job runs.
         live = EpochLog(args.live, main=ctx.is_main, params=params)
+        if not args.stream:
+            train, valid = load_features(args.train[0]), load_features(args.valid[0])
         try:
-            result = train_model(load_features(args.train), load_features(args.valid), cfg, ctx, resume, live=live)
+            result = train_model(train, valid, cfg, ctx, resume, live=live)
         except TrainingDivergedError as error:
             # A sweep trial that diverges failed on its own values: that is its result (excluded
             # from promotion, the sweep goes on). Any other error fails the job.
@@ -157,6 +170,38 @@ def print_summary(metrics_path: str | Path) -> None:
     )
 
 
+def _add_model_steps(step: Any) -> None:
+    """The steps that train and evaluate the model."""
+    p = step("train", cmd_train, "train the MLP")
+    p.add_argument("--params", required=True, help="JSON of the train config section")
+    p.add_argument("--train", nargs="+", required=True, help="the training split's features (its shards when --stream)")
+    p.add_argument("--valid", nargs="+", required=True, help="the validation split's features (likewise)")
+    p.add_argument(
+        "--stream",
+        action="store_true",
+        help="read the splits a batch at a time from their (stored) features files instead of loading them whole",
+    )
+    p.add_argument("--loader-workers", type=int, default=0, help="with --stream: DataLoader processes reading ahead")
+    p.add_argument("--model", required=True)
+    p.add_argument("--live", required=True, help="dvclive folder: params and every epoch's losses (rank 0)")
+    # --checkpoint-dir, and the sweep's --resume-from (a previous rung's final state) and --state-out.
+    add_resume_arguments(
+        p, checkpoint_dir=".checkpoints/train", continue_from="--resume-from", final_state="--state-out"
+    )
+    p.add_argument(
+        "--result",
+        help="sweep trial mode: write the validation metrics here as JSON (valid_rmse); "
+        "a trial that diverges writes its error there and exits 0",
+    )
+
+    p = step("evaluate", cmd_evaluate, "test metrics, predictions, parity plot")
+    p.add_argument("--model", required=True)
+    p.add_argument("--test", required=True)
+    p.add_argument("--metrics", required=True)
+    p.add_argument("--predictions", required=True)
+    p.add_argument("--parity", required=True)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="esol", description=__doc__)
     parser.add_argument("--version", action="version", version=__version__)
@@ -182,6 +227,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--rejects", required=True)
     p.add_argument("--shard", type=int, default=0, help="which block of rows (0-based)")
     p.add_argument("--shards", type=int, default=1, help="how many blocks the split is cut into")
+    p.add_argument("--stored", action="store_true", help="arrays uncompressed: training can stream rows from it")
 
     p = step("gather-features", cmd_gather_features, "concatenate feature shards in order; check rejects")
     p.add_argument("--params", required=True, help="JSON of the featurise config section")
@@ -190,29 +236,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--shard-rejects", nargs="+", required=True, help="the shards' rejects files, in order")
     p.add_argument("--output", required=True)
     p.add_argument("--rejects", required=True)
+    p.add_argument("--stored", action="store_true", help="arrays uncompressed: training can stream rows from it")
 
-    p = step("train", cmd_train, "train the MLP")
-    p.add_argument("--params", required=True, help="JSON of the train config section")
-    p.add_argument("--train", required=True)
-    p.add_argument("--valid", required=True)
-    p.add_argument("--model", required=True)
-    p.add_argument("--live", required=True, help="dvclive folder: params and every epoch's losses (rank 0)")
-    # --checkpoint-dir, and the sweep's --resume-from (a previous rung's final state) and --state-out.
-    add_resume_arguments(
-        p, checkpoint_dir=".checkpoints/train", continue_from="--resume-from", final_state="--state-out"
-    )
-    p.add_argument(
-        "--result",
-        help="sweep trial mode: write the validation metrics here as JSON (valid_rmse); "
-        "a trial that diverges writes its error there and exits 0",
-    )
-
-    p = step("evaluate", cmd_evaluate, "test metrics, predictions, parity plot")
-    p.add_argument("--model", required=True)
-    p.add_argument("--test", required=True)
-    p.add_argument("--metrics", required=True)
-    p.add_argument("--predictions", required=True)
-    p.add_argument("--parity", required=True)
+    _add_model_steps(step)
 
     return parser
 

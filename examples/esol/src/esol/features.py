@@ -269,11 +269,13 @@ def featurise_file(
     shard: int = 0,
     shards: int = 1,
     chunk_size: int = 10_000,
+    stored: bool = False,
 ) -> ShardResult:
     """Featurise one shard of a split CSV into a features .npz and a rejects CSV, a chunk at a time.
 
     A whole split (one shard) has its reject fraction checked here; shards are checked together
-    when gathered. Either way a failed check writes no features file.
+    when gathered. Either way a failed check writes no features file. ``stored``: arrays left
+    uncompressed, for training that streams rows straight from the file.
     """
     start, stop = (0, None) if shards == 1 else shard_bounds(count_rows(input_csv), shard, shards)
     n_input, width = 0, None
@@ -287,7 +289,7 @@ def featurise_file(
         unit="molecules",
         weight=len,
     )
-    with NpzWriter(output) as writer:
+    with NpzWriter(output, stored=stored) as writer:
         _declare_features(writer, cfg)
         for table in chunks:
             chunk = featurise_chunk(table, cfg)
@@ -311,6 +313,7 @@ def gather_features(
     rejects_csv: str | Path,
     cfg: FeaturiseConfig,
     where: str,
+    stored: bool = False,
 ) -> tuple[int, pd.DataFrame]:
     """Concatenate shards in order into one features file and one rejects file; check the reject fraction.
 
@@ -319,7 +322,7 @@ def gather_features(
     table = _concat_rejects([pd.read_csv(p, dtype={"smiles": str}, keep_default_na=False) for p in shard_rejects])
     widths = set()
     n_valid = 0
-    with NpzWriter(output) as writer:
+    with NpzWriter(output, stored=stored) as writer:
         _declare_features(writer, cfg)
         for path in shard_features:
             arrays = zip_array_names(path)

@@ -14,9 +14,10 @@ import logging
 import math
 import random
 import time
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 import pandas as pd
@@ -28,6 +29,7 @@ from esol.data import DataError
 from esol.errors import TrainingDivergedError
 from esol.features import FeatureSet, apply_scaling, fit_scaling
 from esol.model import MLP, dropout_masks
+from esol.streaming import StreamedFeatures, epoch_order, rank_slice, streamed_data
 from snakedvc import atomic_path
 from snakedvc.live import EpochLog
 from snakedvc.torch import DistContext, Resumable, StopRequest, all_sum
@@ -60,19 +62,6 @@ def make_deterministic(seed: int, threads: int) -> None:
     torch.use_deterministic_algorithms(True)
 
 
-def epoch_order(n: int, seed: int, epoch: int) -> torch.Tensor:
-    """Batch order of one epoch, a pure function of (seed, epoch) so a resumed run replays it."""
-    generator = torch.Generator().manual_seed(seed * 1_000_003 + epoch)
-    return torch.randperm(n, generator=generator)
-
-
-def rank_slice(n: int, ctx: DistContext) -> slice:
-    """This rank's contiguous share of n items (shares differ by at most one)."""
-    base, extra = divmod(n, ctx.world_size)
-    start = ctx.rank * base + min(ctx.rank, extra)
-    return slice(start, start + base + (1 if ctx.rank < extra else 0))
-
-
 def _sum_squared_error(model: nn.Module, X: torch.Tensor, y: torch.Tensor, batch: int = 1024) -> float:
     model.eval()
     total = 0.0
@@ -80,6 +69,10 @@ def _sum_squared_error(model: nn.Module, X: torch.Tensor, y: torch.Tensor, batch
         for start in range(0, len(X), batch):
             total += float(((model(X[start : start + batch]) - y[start : start + batch]) ** 2).sum())
     return total
+
+
+# A step of an epoch: (step, this rank's X and y, the global batch's size, this rank's share of it).
+Step = tuple[int, torch.Tensor, torch.Tensor, int, slice]
 
 
 @dataclass(frozen=True)
@@ -95,6 +88,46 @@ class _Tensors:
     y_mean: float
     y_std: float
     scaling: tuple[np.ndarray, np.ndarray] | None
+
+    @property
+    def n_train(self) -> int:
+        return len(self.X_train)
+
+    @property
+    def n_features(self) -> int:
+        return int(self.X_train.shape[1])
+
+    def batches(self, epoch: int, cfg: TrainConfig, ctx: DistContext, resume: Resumable) -> Iterator[Step]:
+        order = epoch_order(self.n_train, cfg.seed, epoch)
+        for step, first in resume.steps(range(0, len(order), cfg.batch_size), epoch):
+            batch = order[first : first + cfg.batch_size]
+            share = rank_slice(len(batch), ctx)
+            idx = batch[share].to(ctx.device)
+            yield step, self.X_train[idx], self.y_train[idx], len(batch), share
+
+    def valid_sse(self, model: nn.Module, ctx: DistContext) -> float:
+        return _sum_squared_error(model, self.X_valid, self.y_valid)
+
+
+class TrainingData(Protocol):
+    """The splits as training reads them: in memory (_Tensors) or streamed from shards (esol.streaming)."""
+
+    @property
+    def n_train(self) -> int: ...
+    @property
+    def n_valid(self) -> int: ...
+    @property
+    def n_features(self) -> int: ...
+    @property
+    def y_mean(self) -> float: ...
+    @property
+    def y_std(self) -> float: ...
+    @property
+    def scaling(self) -> tuple[np.ndarray, np.ndarray] | None: ...
+
+    def batches(self, epoch: int, cfg: TrainConfig, ctx: DistContext, resume: Resumable) -> Iterator[Step]: ...
+
+    def valid_sse(self, model: nn.Module, ctx: DistContext) -> float: ...
 
 
 def _tensors(train: FeatureSet, valid: FeatureSet, ctx: DistContext) -> _Tensors:
@@ -154,9 +187,19 @@ class _Progress:
         self.stopped_early = bool(state.get("stopped_early", False))
 
 
+def _training_data(
+    train: FeatureSet | StreamedFeatures, valid: FeatureSet | StreamedFeatures, ctx: DistContext
+) -> TrainingData:
+    if isinstance(train, StreamedFeatures) and isinstance(valid, StreamedFeatures):
+        return streamed_data(train, valid, ctx)
+    if isinstance(train, FeatureSet) and isinstance(valid, FeatureSet):
+        return _tensors(train, valid, ctx)
+    raise TypeError("train and valid must both be in memory or both streamed")
+
+
 def train_model(
-    train: FeatureSet,
-    valid: FeatureSet,
+    train: FeatureSet | StreamedFeatures,
+    valid: FeatureSet | StreamedFeatures,
     cfg: TrainConfig,
     ctx: DistContext | None = None,
     resume: Resumable | None = None,
@@ -178,8 +221,8 @@ def train_model(
     elif initial is not None:
         raise ValueError("with a Resumable, give the state to continue from as its continue_from")
     make_deterministic(cfg.seed, cfg.torch_threads)
-    data = _tensors(train, valid, ctx)
-    model = MLP(data.X_train.shape[1], cfg.hidden_sizes, cfg.dropout).to(ctx.device)
+    data = _training_data(train, valid, ctx)
+    model = MLP(data.n_features, cfg.hidden_sizes, cfg.dropout).to(ctx.device)
     optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
     progress = _Progress(best_state=copy.deepcopy(model.state_dict()))
     start = resume.load(model, optimizer, lambda: progress.extra(cfg, ctx), first_epoch=1)
@@ -205,7 +248,7 @@ def train_model(
     final_state = resume.finish(epoch)
     trained = len(progress.rows) - rows_at_start
     if ctx.is_main:
-        samples = trained * len(data.X_train)
+        samples = trained * data.n_train
         log.info(
             "throughput: %d samples in %.2f s = %.0f samples/s (%d process(es), %s)",
             samples, elapsed, samples / max(elapsed, 1e-9), ctx.world_size, ctx.device,
@@ -216,7 +259,7 @@ def train_model(
 def _train_epoch(
     net: nn.Module,
     optimizer: torch.optim.Optimizer,
-    data: _Tensors,
+    data: TrainingData,
     cfg: TrainConfig,
     ctx: DistContext,
     resume: Resumable,
@@ -225,24 +268,21 @@ def _train_epoch(
 ) -> None:
     """One epoch's steps (from where a resumed epoch stopped); adds this rank's loss to ``progress.running``."""
     net.train()
-    order = epoch_order(len(data.X_train), cfg.seed, epoch)
-    for step, first in resume.steps(range(0, len(order), cfg.batch_size), epoch):
-        batch = order[first : first + cfg.batch_size]
-        share = rank_slice(len(batch), ctx)
-        idx = batch[share].to(ctx.device)
-        masks = dropout_masks(len(batch), cfg.hidden_sizes, cfg.dropout, cfg.seed, epoch, step)
+    for step, X, y, size, share in data.batches(epoch, cfg, ctx, resume):
+        # Drawn for the whole global batch, so N ranks drop what 1 rank does.
+        masks = dropout_masks(size, cfg.hidden_sizes, cfg.dropout, cfg.seed, epoch, step)
         masks = [m[share].to(ctx.device) for m in masks]
         optimizer.zero_grad(set_to_none=True)
-        squared = ((net(data.X_train[idx], masks) - data.y_train[idx]) ** 2).sum()
+        squared = ((net(X, masks) - y) ** 2).sum()
         # DDP averages gradients over ranks: scale so the average is the global-batch mean.
-        (squared * (ctx.world_size / len(batch))).backward()
+        (squared * (ctx.world_size / size)).backward()
         optimizer.step()
         progress.running += float(squared.detach())
 
 
 def _end_epoch(
     model: nn.Module,
-    data: _Tensors,
+    data: TrainingData,
     cfg: TrainConfig,
     ctx: DistContext,
     progress: _Progress,
@@ -250,9 +290,9 @@ def _end_epoch(
     epoch: int,
 ) -> None:
     """The epoch's losses (every rank's summed), its history row and log line, the best weights, early stopping."""
-    train_sse, valid_sse = all_sum([progress.running, _sum_squared_error(model, data.X_valid, data.y_valid)], ctx)
+    train_sse, valid_sse = all_sum([progress.running, data.valid_sse(model, ctx)], ctx)
     progress.running = 0.0
-    train_loss = train_sse / len(data.X_train)
+    train_loss = train_sse / data.n_train
     if not math.isfinite(train_loss):
         raise TrainingDivergedError(
             f"training diverged: train loss is {train_loss} at epoch {epoch}; lower train.lr (now {cfg.lr:g})"
@@ -274,14 +314,14 @@ def _end_epoch(
 
 
 def _result(
-    model: MLP, data: _Tensors, cfg: TrainConfig, progress: _Progress, final_state: Any, trained: int
+    model: MLP, data: TrainingData, cfg: TrainConfig, progress: _Progress, final_state: Any, trained: int
 ) -> TrainResult:
     """The best epoch's model on the CPU, with what prediction needs (meta) and the history."""
     model.load_state_dict(progress.best_state)
     model.eval()
     model.cpu()
     meta = {
-        "n_features": int(data.X_train.shape[1]),
+        "n_features": data.n_features,
         "hidden_sizes": list(cfg.hidden_sizes),
         "dropout": float(cfg.dropout),
         "y_mean": data.y_mean,
