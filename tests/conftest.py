@@ -206,3 +206,26 @@ def without_slurm(tmp_path: Path) -> dict[str, str]:
             (bindir / entry.name).symlink_to(entry)
     assert shutil.which("sbatch", path=str(bindir)) is None
     return {"HOME": os.environ.get("HOME", "/root"), "PATH": str(bindir)}
+
+
+@pytest.fixture
+def own_signal_handlers():
+    """Resumable installs SIGTERM/SIGINT handlers in the test's process: give pytest its own back."""
+    import signal
+
+    saved = {signum: signal.getsignal(signum) for signum in (signal.SIGTERM, signal.SIGINT)}
+    yield
+    for signum, handler in saved.items():
+        signal.signal(signum, handler)
+
+
+class StopAfter:
+    """A stop request (SIGTERM's stand-in for Resumable) that comes after a number of steps."""
+
+    def __init__(self, steps: int) -> None:
+        self.left = steps
+
+    @property
+    def requested(self) -> bool:
+        self.left -= 1
+        return self.left < 0

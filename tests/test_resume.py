@@ -17,7 +17,6 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -107,14 +106,7 @@ def main() -> int:
 
 # ---------------------------------------------------------------- tests
 
-
-@pytest.fixture(autouse=True)
-def own_signal_handlers() -> Iterator[None]:
-    """Resumable installs SIGTERM/SIGINT handlers in this process: give pytest its own back."""
-    saved = {signum: signal.getsignal(signum) for signum in (signal.SIGTERM, signal.SIGINT)}
-    yield
-    for signum, handler in saved.items():
-        signal.signal(signum, handler)
+pytestmark = pytest.mark.usefixtures("own_signal_handlers")
 
 
 @pytest.fixture(scope="module")

@@ -15,7 +15,6 @@ import signal
 import subprocess
 import sys
 import zipfile
-from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -99,13 +98,7 @@ def main() -> int:
 
 # ---------------------------------------------------------------- tests
 
-
-@pytest.fixture(autouse=True)
-def own_signal_handlers() -> Iterator[None]:
-    saved = {signum: signal.getsignal(signum) for signum in (signal.SIGTERM, signal.SIGINT)}
-    yield
-    for signum, handler in saved.items():
-        signal.signal(signum, handler)
+pytestmark = pytest.mark.usefixtures("own_signal_handlers")
 
 
 @pytest.fixture
@@ -201,19 +194,9 @@ class CountingRows(ShardedRows):
         return super().read(rows)
 
 
-class StopAfter:
-    """A stop request (SIGTERM's stand-in) that comes after a number of steps."""
-
-    def __init__(self, steps: int) -> None:
-        self.left = steps
-
-    @property
-    def requested(self) -> bool:
-        self.left -= 1
-        return self.left < 0
-
-
 def test_resumable_starts_a_resumed_epoch_at_its_step_without_reading_the_steps_before(tmp_path: Path, shards) -> None:
+    from tests.conftest import StopAfter
+
     rows = CountingRows(shards, columns=["y"], seed=0)
     model = nn.Linear(1, 1)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)

@@ -4,8 +4,6 @@ memory, a stop mid-epoch resumed bit for bit, a bad shard named before training.
 from __future__ import annotations
 
 import json
-import signal
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -18,19 +16,12 @@ from esol.features import featurise_file, load_features
 from esol.streaming import streamed_features
 from esol.train import train_model
 from snakedvc.torch import Resumable
-from tests.conftest import REPO
+from tests.conftest import REPO, StopAfter
 from tests.esol.configs import config_of
 
+pytestmark = pytest.mark.usefixtures("own_signal_handlers")
 SMALL = config_of(TrainConfig, hidden_sizes=(64,), max_epochs=4, patience=100, batch_size=32, seed=7)
 FEATURES = config_of(FeaturiseConfig, n_bits=512)
-
-
-@pytest.fixture(autouse=True)
-def own_signal_handlers() -> Iterator[None]:
-    saved = {signum: signal.getsignal(signum) for signum in (signal.SIGTERM, signal.SIGINT)}
-    yield
-    for signum, handler in saved.items():
-        signal.signal(signum, handler)
 
 
 @pytest.fixture(scope="module")
@@ -64,15 +55,6 @@ def test_streaming_the_shards_trains_the_weights_loading_the_split_does(shards) 
 
 
 def test_a_stop_mid_epoch_resumes_at_the_next_batch_bit_for_bit(shards, tmp_path: Path) -> None:
-    class StopAfter:
-        def __init__(self, steps: int) -> None:
-            self.left = steps
-
-        @property
-        def requested(self) -> bool:
-            self.left -= 1
-            return self.left < 0
-
     def run(stop: StopAfter) -> object:
         resume = Resumable({"run": 1}, root=tmp_path / "ckpt", inputs=[str(p) for p in shards["train"]], stop=stop)
         return train_model(

@@ -20,6 +20,7 @@ rule train:
         # config loading: stream the splits from their (shard) files, with DataLoader workers.
         stream="--stream" if STREAM else "",
         workers=config["loading"]["workers"],
+        block_rows=config["loading"]["block_rows"],
     # One core per process on each node (torchrun's workers run one intra-op thread each by default).
     threads: max(res("train", "threads"), res("train", "processes"))
     resources:
@@ -33,4 +34,5 @@ rule train:
         "exec {params.python:q} -m snakedvc launch --log {log:q} --nodes {params.nodes} --procs-per-node {params.procs}"
         " -- {params.python:q} -m esol train --params {params.cfg:q} --train {input.train:q} --valid {input.valid:q}"
         " --model {output.model:q} --live {output.live:q} {params.stream} --loader-workers {params.workers}"
+        " --block-rows {params.block_rows}"
         " {params.trial}"

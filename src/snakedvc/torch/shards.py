@@ -2,10 +2,11 @@
 
 A step's shards (``.npz`` files holding the same named arrays, or ``.npy`` files, one list per
 array) are read a batch at a time, never loaded whole: each rank reads only its share of each
-global batch, gathered from memory-mapped files. A mapped page that was read counts in the
-process's resident memory until it is given back, so the pages read are given back (madvise
-DONTNEED: the kernel's page cache keeps them) every RELEASE_BYTES: a process's resident memory
-stays flat however large the data. Bit-packed rows (``numpy.packbits``) are unpacked per batch.
+global batch, with one ``pread`` per run of consecutive rows. The kernel's page cache does the
+caching; a process's resident memory stays flat however large the data. (A memory map was
+measured first: every page a batch touched stayed mapped, several at a time with the kernel's
+large folios, so a rank's resident memory grew to the size of the data until pages were given
+back, and reading was no faster.) Bit-packed rows (``numpy.packbits``) are unpacked per batch.
 
 The order is global and seeded: per epoch, rows are cut into blocks of ``block_rows``
 consecutive rows, the blocks are shuffled and each block's rows are shuffled, all a pure
@@ -23,7 +24,6 @@ at the next batch.
 from __future__ import annotations
 
 import math
-import mmap
 import os
 import zipfile
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -122,39 +122,19 @@ def open_npz_member(path: str | Path, name: str) -> _Array:
     return _check_size(_Array(path, offset, shape[0], shape[1:], dtype), f"array {name!r}")
 
 
-# Mapped pages read before they are given back (see the module's docstring).
-RELEASE_BYTES = 64 << 20
-_PAGE = mmap.PAGESIZE
-
-
 class _Files:
-    """Memory maps of the shard files, one per path and process (a DataLoader worker maps its own)."""
+    """Open file descriptors, one per path and process (a DataLoader worker opens its own)."""
 
     def __init__(self) -> None:
         self._pid = -1
-        self._maps: dict[str, mmap.mmap] = {}
-        self._touched = 0
+        self._fds: dict[str, int] = {}
 
-    def view(self, array: _Array) -> np.ndarray:
-        """The array's rows, mapped (nothing read yet)."""
+    def fd(self, path: str) -> int:
         if self._pid != os.getpid():
-            self._pid, self._maps, self._touched = os.getpid(), {}, 0
-        if array.path not in self._maps:
-            with open(array.path, "rb") as handle:
-                self._maps[array.path] = mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ)
-        shape = (array.rows, *array.row_shape)
-        try:
-            return np.ndarray(shape, dtype=array.dtype, buffer=self._maps[array.path], offset=array.offset)
-        except TypeError:  # a buffer too small for the array: the file shrank since it was checked
-            raise ShardError(f"shard {array.path}: shorter than when training started (the file changed)") from None
-
-    def read(self, rows: int, row_bytes: int) -> None:
-        """Count what a read made resident; give the pages back past RELEASE_BYTES."""
-        self._touched += rows * max(row_bytes, _PAGE)
-        if self._touched >= RELEASE_BYTES:
-            for mapped in self._maps.values():
-                mapped.madvise(mmap.MADV_DONTNEED)
-            self._touched = 0
+            self._pid, self._fds = os.getpid(), {}
+        if path not in self._fds:
+            self._fds[path] = os.open(path, os.O_RDONLY)
+        return self._fds[path]
 
     def __getstate__(self) -> dict[str, Any]:
         return {}
@@ -324,13 +304,22 @@ class ShardedRows:
             return out
         if rows[0] < 0 or rows[-1] >= len(self):
             raise IndexError(f"rows {rows[0]}..{rows[-1]} outside 0..{len(self) - 1}")
+        flat = out.reshape(len(rows), -1).view(np.uint8)
         shard_of = np.searchsorted(self._starts, rows, side="right") - 1
         bounds = np.flatnonzero(np.diff(shard_of)) + 1
         for begin, end in zip(np.concatenate([[0], bounds]), np.concatenate([bounds, [len(rows)]]), strict=True):
             shard = int(shard_of[begin])
             array = self._arrays[shard][name]
-            out[begin:end] = self._files.view(array)[rows[begin:end] - self._starts[shard]]
-            self._files.read(int(end - begin), array.row_bytes)
+            local = rows[begin:end] - self._starts[shard]
+            # One read per run of consecutive rows (a shuffled batch: mostly one row each).
+            first = np.concatenate([[0], np.flatnonzero(np.diff(local) != 1) + 1])
+            lengths = np.diff(np.concatenate([first, [len(local)]])) * array.row_bytes
+            offsets = array.offset + local[first] * array.row_bytes
+            fd, pread = self._files.fd(array.path), os.pread
+            data = b"".join([pread(fd, n, at) for n, at in zip(lengths.tolist(), offsets.tolist(), strict=True)])
+            if len(data) != (end - begin) * array.row_bytes:
+                raise ShardError(f"shard {array.path}: array {name!r} ended early (the file shrank?)")
+            flat[begin:end] = np.frombuffer(data, dtype=np.uint8).reshape(end - begin, -1)
         return out
 
     def batches(self, epoch: int, batch_size: int, rank: int = 0, world: int = 1, workers: int = 0) -> Batches:

@@ -110,7 +110,9 @@ def cmd_train(args: argparse.Namespace) -> None:
     train: FeatureSet | StreamedFeatures
     valid: FeatureSet | StreamedFeatures
     if args.stream:  # every shard checked first: a missing or cut one is named before anything else
-        train, valid = (streamed_features(p, cfg.seed, args.loader_workers) for p in (args.train, args.valid))
+        train, valid = (
+            streamed_features(p, cfg.seed, args.loader_workers, args.block_rows) for p in (args.train, args.valid)
+        )
     resume = Resumable.from_args(
         args, params, [*args.train, *args.valid], keep=cfg.checkpoint_keep, keep_checkpoints=cfg.keep_checkpoints
     )
@@ -182,6 +184,12 @@ def _add_model_steps(step: Any) -> None:
         help="read the splits a batch at a time from their (stored) features files instead of loading them whole",
     )
     p.add_argument("--loader-workers", type=int, default=0, help="with --stream: DataLoader processes reading ahead")
+    p.add_argument(
+        "--block-rows",
+        type=int,
+        default=0,
+        help="with --stream: 0, the in-memory batch order; N, shuffled blocks of N rows (fewer reads)",
+    )
     p.add_argument("--model", required=True)
     p.add_argument("--live", required=True, help="dvclive folder: params and every epoch's losses (rank 0)")
     # --checkpoint-dir, and the sweep's --resume-from (a previous rung's final state) and --state-out.

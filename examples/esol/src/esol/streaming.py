@@ -77,16 +77,19 @@ def _order(seed: int, epoch: int, n: int) -> np.ndarray:
     return epoch_order(n, seed, epoch).numpy()
 
 
-def streamed_features(paths: Sequence[str | Path], seed: int, workers: int = 0) -> StreamedFeatures:
+def streamed_features(
+    paths: Sequence[str | Path], seed: int, workers: int = 0, block_rows: int = 0
+) -> StreamedFeatures:
     """Open a split's shards (every one checked: ShardError names a missing, cut or unlike one).
-    Batches come in the order in-memory training takes them: streaming changes how rows arrive,
-    not which."""
+    By default batches come in the order in-memory training takes them (streaming changes how
+    rows arrive, not which); ``block_rows`` > 0 takes ShardedRows's shuffled blocks instead."""
     layouts = {(bool(_scalar(p, "packed")), int(_scalar(p, "n_features"))) for p in paths}
     if len(layouts) > 1:
         raise ShardError(f"shards {', '.join(map(str, paths))} disagree on their features: {sorted(layouts)}")
     packed, n_features = layouts.pop()
     unpack = {"X": n_features} if packed else None
-    rows = ShardedRows(paths, columns=["X", "y"], unpack=unpack, seed=seed, order=partial(_order, seed))
+    order = None if block_rows else partial(_order, seed)
+    rows = ShardedRows(paths, columns=["X", "y"], unpack=unpack, seed=seed, block_rows=block_rows or 64, order=order)
     return StreamedFeatures(rows, packed, n_features, workers)
 
 
