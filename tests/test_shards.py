@@ -149,6 +149,22 @@ def test_the_order_is_a_function_of_seed_and_epoch_not_of_how_rows_are_sharded(t
     assert torch.equal(c.read(c.global_batch(3, 4, BATCH))["y"], a.read(a.global_batch(3, 4, BATCH))["y"])
 
 
+def test_batches_sent_to_a_device_are_unpacked_there_to_the_same_values(tmp_path: Path) -> None:
+    # Widths that end inside a byte and on one; a GPU takes the same path as device="cpu" here.
+    for bits in (13, 16):
+        path = tmp_path / f"w{bits}.npz"
+        X = np.random.default_rng(bits).integers(0, 2, size=(50, bits)).astype(np.uint8)
+        np.savez(path, X=np.packbits(X, axis=1), y=np.arange(50.0))
+        rows = ShardedRows([path], columns=["X", "y"], unpack={"X": bits}, seed=1, block_rows=4)
+        on_host = list(rows.batches(2, 8, read_ahead=0))
+        on_device = list(rows.batches(2, 8, device="cpu"))
+        assert len(on_host) == len(on_device) == 7
+        for host, device in zip(on_host, on_device, strict=True):
+            assert host["X"].dtype == device["X"].dtype == torch.float32
+            assert torch.equal(host["X"], device["X"]) and torch.equal(host["y"], device["y"])
+            assert torch.equal(device["X"], torch.from_numpy(X[device["y"].long().numpy()]).float())
+
+
 def test_a_last_batch_smaller_than_the_ranks_leaves_some_ranks_none(tmp_path: Path) -> None:
     rows = ShardedRows(write_shards(tmp_path / "s", sizes=[17]), columns=["y"], seed=0)
     shares = [rows.rank_rows(1, 1, BATCH, rank, 3) for rank in range(3)]  # step 1 holds 1 row
@@ -189,9 +205,9 @@ class CountingRows(ShardedRows):
 
     read_rows = 0
 
-    def read(self, rows: np.ndarray) -> dict[str, torch.Tensor]:
+    def read(self, rows: np.ndarray, *args, **kwargs) -> dict[str, torch.Tensor]:
         CountingRows.read_rows += len(rows)
-        return super().read(rows)
+        return super().read(rows, *args, **kwargs)
 
 
 def test_resumable_starts_a_resumed_epoch_at_its_step_without_reading_the_steps_before(tmp_path: Path, shards) -> None:

@@ -9,8 +9,9 @@ large folios, so a rank's resident memory grew to the size of the data until pag
 back, and reading was no faster.) Bit-packed rows (``numpy.packbits``) are unpacked per batch.
 
 The order is global and seeded: per epoch, rows are cut into blocks of ``block_rows``
-consecutive rows, the blocks are shuffled and each block's rows are shuffled, all a pure
-function of (seed, epoch, number of rows). Global batch s is positions [s*B, (s+1)*B) of that
+consecutive rows, the blocks are shuffled and each block's rows are shuffled (one seeded
+permutation per epoch, rotated by a seeded amount per block), all a pure function of (seed,
+epoch, number of rows). Global batch s is positions [s*B, (s+1)*B) of that
 order, whatever the number of ranks; rank r of N takes a contiguous share of it (the shares
 differ by at most one row), so N ranks train on exactly the rows 1 rank does, with no row padded
 or repeated. The last batch of an epoch holds what is left (fewer than B rows; where it holds
@@ -25,14 +26,19 @@ from __future__ import annotations
 
 import math
 import os
+import queue
+import threading
 import zipfile
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 import torch
+
+T = TypeVar("T")
 
 
 class ShardError(ValueError):
@@ -180,7 +186,7 @@ class ShardedRows:
         counts = [next(iter(arrays.values())).rows for arrays in self._arrays]
         self._starts = np.concatenate([[0], np.cumsum(counts, dtype=np.int64)])
         self._files = _Files()
-        self._plan: tuple[int, np.ndarray, np.ndarray] | None = None
+        self._plan: tuple[Any, ...] | None = None
         self._order: tuple[int, np.ndarray] | None = None
 
     @staticmethod
@@ -225,18 +231,24 @@ class ShardedRows:
 
     # -- the order
 
-    def _epoch_plan(self, epoch: int) -> tuple[np.ndarray, np.ndarray]:
-        """The epoch's block order and where each block starts in it (positions)."""
+    def _epoch_plan(self, epoch: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """The epoch's block order, where each block starts in it (positions), the shared order
+        within a full block and each block's rotation of it."""
         if self._plan is None or self._plan[0] != epoch:
             n, size = len(self), self.block_rows
             n_blocks = -(-n // size)
-            order = np.random.default_rng([self.seed, epoch]).permutation(n_blocks)
+            rng = np.random.default_rng([self.seed, epoch])
+            order = rng.permutation(n_blocks)
+            # One permutation of a block's rows per epoch, rotated by a seeded amount per block:
+            # a drawn permutation per block cost more than reading it (0.86x in memory's speed).
+            within = rng.permutation(size)
+            shifts = rng.integers(0, size, n_blocks)
             sizes = np.full(n_blocks, size, dtype=np.int64)
             if n_blocks:
                 sizes[-1] = n - size * (n_blocks - 1)
             starts = np.concatenate([[0], np.cumsum(sizes[order])])
-            self._plan = (epoch, order, starts)
-        return self._plan[1], self._plan[2]
+            self._plan = (epoch, order, starts, within, shifts)
+        return self._plan[1:]
 
     def _given_order(self, epoch: int) -> np.ndarray:
         if self._order is None or self._order[0] != epoch:
@@ -251,17 +263,19 @@ class ShardedRows:
         """Global row numbers at positions [start, stop) of the epoch's order."""
         if self.order is not None:
             return self._given_order(epoch)[start : min(stop, len(self))].copy()
-        order, starts = self._epoch_plan(epoch)
+        order, starts, within, shifts = self._epoch_plan(epoch)
+        size = self.block_rows
         positions = np.arange(start, min(stop, len(self)), dtype=np.int64)
         slots = np.searchsorted(starts, positions, side="right") - 1
-        rows = np.empty(len(positions), dtype=np.int64)
-        for slot in np.unique(slots):
-            block = int(order[slot])
-            first = block * self.block_rows
-            size = int(starts[slot + 1] - starts[slot])
-            within = np.random.default_rng([self.seed, epoch, block, 1]).permutation(size)
-            here = slots == slot
-            rows[here] = first + within[positions[here] - starts[slot]]
+        blocks = order[slots]
+        offsets = positions - starts[slots]
+        rows = blocks * size + (within[offsets] + shifts[blocks]) % size
+        short = blocks == len(order) - 1  # the last block, where rows do not fill it
+        last = len(self) - (len(order) - 1) * size
+        if last < size and short.any():
+            # Its own seeded permutation (a rotation of `within` would reach past its end).
+            mine = np.random.default_rng([self.seed, epoch, 1]).permutation(last)
+            rows[short] = (len(order) - 1) * size + mine[offsets[short]]
         return rows
 
     def steps(self, batch_size: int) -> int:
@@ -281,9 +295,12 @@ class ShardedRows:
 
     # -- reading
 
-    def read(self, rows: np.ndarray, columns: Sequence[str] | None = None) -> dict[str, torch.Tensor]:
+    def read(
+        self, rows: np.ndarray, columns: Sequence[str] | None = None, device: torch.device | str | None = None
+    ) -> dict[str, torch.Tensor]:
         """These rows (global numbers), in this order, as tensors (of ``columns``, default all);
-        packed arrays unpacked."""
+        packed arrays unpacked. ``device``: where the tensors go; packed arrays travel packed and
+        are unpacked there (a GPU then receives 1/32 of the bytes and does the unpacking)."""
         rows = np.asarray(rows, dtype=np.int64)
         ordered = np.argsort(rows, kind="stable")
         sorted_rows = rows[ordered]
@@ -292,9 +309,13 @@ class ShardedRows:
             values = self._read_sorted(name, sorted_rows)
             result = np.empty_like(values)
             result[ordered] = values
-            if name in self.unpack:
-                result = np.unpackbits(result, axis=1, count=self.unpack[name]).astype(np.float32)
-            out[name] = torch.from_numpy(result)
+            if device is not None:
+                tensor = torch.from_numpy(result).to(device)
+                out[name] = _unpack_bits(tensor, self.unpack[name]) if name in self.unpack else tensor
+            elif name in self.unpack:
+                out[name] = torch.from_numpy(np.unpackbits(result, axis=1, count=self.unpack[name]).astype(np.float32))
+            else:
+                out[name] = torch.from_numpy(result)
         return out
 
     def _read_sorted(self, name: str, rows: np.ndarray) -> np.ndarray:
@@ -322,10 +343,21 @@ class ShardedRows:
             flat[begin:end] = np.frombuffer(data, dtype=np.uint8).reshape(end - begin, -1)
         return out
 
-    def batches(self, epoch: int, batch_size: int, rank: int = 0, world: int = 1, workers: int = 0) -> Batches:
-        """This rank's share of every global batch of the epoch, in order (``workers``: DataLoader
-        processes reading ahead)."""
-        return Batches(self, epoch, batch_size, rank, world, workers)
+    def batches(
+        self,
+        epoch: int,
+        batch_size: int,
+        rank: int = 0,
+        world: int = 1,
+        workers: int = 0,
+        read_ahead: int = 1,
+        device: torch.device | str | None = None,
+    ) -> Batches:
+        """This rank's share of every global batch of the epoch, in order. ``read_ahead``: batches a
+        thread reads ahead of the loop (0: each read when asked for); ``workers``: DataLoader
+        processes reading ahead instead; ``device``: where batches go (see ``read``; with
+        workers, which cannot use a GPU, they are unpacked in the workers and moved after)."""
+        return Batches(self, epoch, batch_size, rank, world, workers, read_ahead, device)
 
     def chunks(
         self, chunk_rows: int = 65536, rank: int = 0, world: int = 1, columns: Sequence[str] | None = None
@@ -335,6 +367,57 @@ class ShardedRows:
         mine = share(len(self), rank, world)
         for start in range(mine.start, mine.stop, chunk_rows):
             yield self.read(np.arange(start, min(start + chunk_rows, mine.stop), dtype=np.int64), columns)
+
+
+_END = object()
+
+
+def _unpack_bits(packed: torch.Tensor, width: int) -> torch.Tensor:
+    """numpy.unpackbits of uint8 rows (most significant bit first), the first ``width`` bits, as
+    float32 0/1, on the tensor's own device."""
+    shifts = torch.arange(7, -1, -1, dtype=torch.uint8, device=packed.device)
+    bits = (packed.unsqueeze(-1) >> shifts) & 1
+    return bits.reshape(len(packed), -1)[:, :width].float()
+
+
+def _read_ahead(read: Callable[[int], T], steps: range, depth: int) -> Iterator[T]:
+    """``read(step)`` for every step, in order, done by a thread ``depth`` steps ahead of the
+    consumer: the reads (system calls, unpacking: no GIL held) overlap the training step. Closing
+    the iterator (a stop, an error in the loop) ends the thread."""
+    ready: queue.Queue[Any] = queue.Queue(maxsize=depth)
+    closed = threading.Event()
+
+    def put(item: Any) -> bool:
+        while not closed.is_set():
+            try:
+                ready.put(item, timeout=0.1)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def work() -> None:
+        try:
+            for step in steps:
+                if not put(("batch", read(step))):
+                    return
+            put(("end", _END))
+        except BaseException as error:  # handed to the consumer, raised there
+            put(("error", error))
+
+    thread = threading.Thread(target=work, name="ShardedRows read-ahead", daemon=True)
+    thread.start()
+    try:
+        while True:
+            kind, item = ready.get()
+            if kind == "end":
+                return
+            if kind == "error":
+                raise item
+            yield item
+    finally:
+        closed.set()
+        thread.join()
 
 
 class _EpochSteps(torch.utils.data.Dataset):
@@ -358,20 +441,28 @@ class Batches:
     rank: int = 0
     world: int = 1
     workers: int = 0
+    read_ahead: int = 1
+    device: torch.device | str | None = None
 
     def __len__(self) -> int:
         return self.rows.steps(self.batch_size)
 
-    def batch(self, step: int) -> dict[str, torch.Tensor]:
-        return self.rows.read(self.rows.rank_rows(self.epoch, step, self.batch_size, self.rank, self.world))
+    def batch(self, step: int, device: torch.device | str | None = None) -> dict[str, torch.Tensor]:
+        rows = self.rows.rank_rows(self.epoch, step, self.batch_size, self.rank, self.world)
+        return self.rows.read(rows, device=device)
 
     def starting_at(self, step: int) -> Iterator[dict[str, torch.Tensor]]:
-        if self.workers <= 0:
-            return (self.batch(s) for s in range(step, len(self)))
-        loader = torch.utils.data.DataLoader(
-            _EpochSteps(self, step), batch_size=None, shuffle=False, num_workers=self.workers
-        )
-        return iter(loader)
+        if self.workers > 0:
+            loader = torch.utils.data.DataLoader(
+                _EpochSteps(self, step), batch_size=None, shuffle=False, num_workers=self.workers
+            )
+            if self.device is None:
+                return iter(loader)
+            return ({name: t.to(self.device) for name, t in batch.items()} for batch in loader)
+        read = partial(self.batch, device=self.device)
+        if self.read_ahead > 0:
+            return _read_ahead(read, range(step, len(self)), self.read_ahead)
+        return (read(s) for s in range(step, len(self)))
 
     def __iter__(self) -> Iterator[dict[str, torch.Tensor]]:
         return self.starting_at(0)
