@@ -41,12 +41,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from snakedvc.errors import ConfigError
 from snakedvc.io import atomic_path
 from snakedvc.logs import log_to
 from snakedvc.progressbar import progress
 
 if TYPE_CHECKING:
-    from snakedvc.engine.config import ConfigError, validate_config
+    from snakedvc.engine.config import validate_config
     from snakedvc.engine.sweep import plan as sweep_plan
     from snakedvc.engine.tracking import finish_run
     from snakedvc.engine.workflow import configure, flags, module_path, targets, tracked, training_resources
@@ -54,7 +55,6 @@ if TYPE_CHECKING:
 # The host side's names, imported on first use: a step (`from snakedvc import atomic_path`) in a
 # job loads no host-side module (and needs none of the engine install).
 _HOST = {
-    "ConfigError": ("config", "ConfigError"),
     "validate_config": ("config", "validate_config"),
     "sweep_plan": ("sweep", "plan"),
     "finish_run": ("tracking", "finish_run"),

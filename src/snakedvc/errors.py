@@ -1,10 +1,16 @@
-"""The resume helpers' exceptions and exit status, importable without torch (a CLI can catch them
-for every subcommand without paying torch's import, ≈1 s and ≈300 MB)."""
+"""The kit's exceptions and the resume helpers' exit status, importable without torch or the
+engine's packages (a CLI can catch them for every subcommand without paying torch's import, ≈1 s
+and ≈300 MB; a step's own config checks raise ConfigError without jsonschema installed)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
+
+
+class ConfigError(ValueError):
+    """A config value is missing, unknown or of the wrong type."""
+
 
 # Exit status of a trainer that checkpointed and stopped on request (EX_TEMPFAIL):
 # non-zero, so Snakemake retries the job, which resumes.

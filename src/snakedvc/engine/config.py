@@ -16,12 +16,10 @@ from typing import Any
 import jsonschema
 import yaml
 
+from snakedvc.errors import ConfigError
+
 # The key of a workflow's config that holds the kit's own settings.
 KEY = "snakedvc"
-
-
-class ConfigError(ValueError):
-    """A config value is missing, unknown or of the wrong type."""
 
 
 def load_schema(path: str | Path) -> dict[str, Any]:

@@ -165,7 +165,11 @@ class _Streamed:
         self, epoch: int, cfg: TrainConfig, ctx: DistContext, resume: Resumable
     ) -> Iterator[tuple[int, torch.Tensor, torch.Tensor, int, slice]]:
         rows = self.train.rows
-        batches = rows.batches(epoch, cfg.batch_size, ctx.rank, ctx.world_size, workers=self.train.workers)
+        # Fingerprints go to the GPU packed and are unpacked there; descriptors are scaled here first.
+        device = self.device if self.scaling is None else None
+        batches = rows.batches(
+            epoch, cfg.batch_size, ctx.rank, ctx.world_size, workers=self.train.workers, device=device
+        )
         for step, batch in resume.steps(batches, epoch):
             size = min(cfg.batch_size, len(rows) - step * cfg.batch_size)
             X, y = self._tensors(batch)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import copy
 import logging
 import math
+import os
 import random
 import time
 from collections.abc import Iterator
@@ -53,6 +54,9 @@ class TrainResult:
 
 
 def make_deterministic(seed: int, threads: int) -> None:
+    # cuBLAS is deterministic only with a fixed workspace; without this variable PyTorch's
+    # deterministic mode refuses the first matrix product on a GPU (read when cuBLAS starts).
+    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
     torch.manual_seed(seed)
     # Unused here, but Resumable keeps Python's and NumPy's generators in every checkpoint:
     # seeded, a run's checkpoints are the same bytes each time (a sweep's replay compares them).
