@@ -50,7 +50,7 @@ def table(smiles: list[str]) -> pd.DataFrame:
     return pd.DataFrame({"row": np.arange(len(smiles)), "smiles": smiles, "y": np.linspace(0, 1, len(smiles))})
 
 
-@pytest.mark.parametrize(("radius", "n_bits"), [(2, 2048), (3, 1024)])
+@pytest.mark.parametrize(("radius", "n_bits"), [(2, 2048), (3, 1024), (2, 1000), (2, 4096)])
 def test_molflux_morgan_bits_equal_rdkit_morgan_generator(radius: int, n_bits: int) -> None:
     features, rejects = featurise_table(table(MOLECULES), config_of(FeaturiseConfig, radius=radius, n_bits=n_bits))
     assert rejects.empty
