@@ -369,9 +369,6 @@ class ShardedRows:
             yield self.read(np.arange(start, min(start + chunk_rows, mine.stop), dtype=np.int64), columns)
 
 
-_END = object()
-
-
 def _unpack_bits(packed: torch.Tensor, width: int) -> torch.Tensor:
     """numpy.unpackbits of uint8 rows (most significant bit first), the first ``width`` bits, as
     float32 0/1, on the tensor's own device."""
@@ -401,7 +398,7 @@ def _read_ahead(read: Callable[[int], T], steps: range, depth: int) -> Iterator[
             for step in steps:
                 if not put(("batch", read(step))):
                     return
-            put(("end", _END))
+            put(("end", None))
         except BaseException as error:  # handed to the consumer, raised there
             put(("error", error))
 
