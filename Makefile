@@ -34,9 +34,10 @@ digits: setup
 	cd examples/digits && ../../$(SNAKEMAKE) --profile ../../profiles/local
 
 # --durations: the slowest tests, to keep the whole run short (CI's target is 45 minutes).
+# scripts/test-engine runs the engine's tests in groups side by side (see there).
 test: setup cluster-up browser
 	$(STEP_BIN)/python -m pytest --durations=10 tests/esol
-	$(BIN)/python -m pytest --durations=25
+	scripts/test-engine
 
 test-fast: setup
 	$(STEP_BIN)/python -m pytest -m "not slurm and not slow" tests/esol

@@ -20,12 +20,27 @@ if importlib.util.find_spec("rdkit") is None:
     collect_ignore = ["esol"]
 
 
-def copy_project(dest: Path) -> Path:
-    """A runnable copy of the workflow (no results) in ``dest``."""
-    for name in ("workflow", "profiles", "config"):
-        shutil.copytree(REPO / name, dest / name)
-    (dest / "data" / "raw").mkdir(parents=True)
-    shutil.copy2(REPO / "data" / "raw" / "esol.csv", dest / "data" / "raw" / "esol.csv")
+def tracked_files() -> list[str]:
+    """Every file git tracks in this repository, as a clone has them."""
+    out = subprocess.run(["git", "ls-files", "-z"], cwd=REPO, capture_output=True, text=True, check=True).stdout
+    return [name for name in out.split("\0") if name]
+
+
+def copy_project(dest: Path, dvc: bool = False) -> Path:
+    """A clone of this repository in ``dest``: every tracked file as the working tree has it (so a test
+    sees uncommitted edits, and a file anywhere in the repository that breaks a user's run breaks the
+    test too), no results. ``dvc``: keep DVC's folder (.dvc/); without it the copy is a project not
+    yet under DVC, whose runs record nothing."""
+    for name in tracked_files():
+        source = REPO / name
+        if not dvc and (name.startswith(".dvc/") or name == ".dvcignore"):
+            continue
+        target = dest / name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if source.is_symlink():
+            target.symlink_to(os.readlink(source))
+        elif source.is_file():
+            shutil.copy2(source, target)
     # The steps' environment (config `python`: .venv-esol/bin/python, relative to the project).
     (dest / ".venv-esol").symlink_to(REPO / ".venv-esol")
     return dest
@@ -126,14 +141,10 @@ def _dvc_env() -> dict[str, str]:
 
 def dvc_project(dest: Path, remote: Path) -> Path:
     """A git + DVC repo like a clone of this one: the repo's .dvc/config, a directory remote, a bare origin."""
-    copy_project(dest)
-    for name in ("dvc.yaml", ".gitignore"):
-        shutil.copy2(REPO / name, dest / name)
+    copy_project(dest, dvc=True)
     git(dest, "init", "-q", "-b", "main")
     git(dest, "config", "user.email", "test@example.com")
     git(dest, "config", "user.name", "snakedvc tests")
-    dvc(dest, "init", "-q")
-    shutil.copy2(REPO / ".dvc" / "config", dest / ".dvc" / "config")
     dvc(dest, "remote", "modify", "demo", "url", str(remote))
     origin = dest.parent / "origin.git"
     git(dest.parent, "init", "-q", "--bare", "--initial-branch=main", str(origin))

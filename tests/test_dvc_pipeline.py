@@ -113,6 +113,7 @@ def dvc_project(origin: Path, files: dict[str, str]) -> Path:
     origin.mkdir()
     git(origin, "init", "-q", "-b", "main")
     for name, text in files.items():
+        (origin / name).parent.mkdir(parents=True, exist_ok=True)
         (origin / name).write_text(text)
     dvc(origin, "init", "-q")
     git(origin, "add", "-A")
@@ -374,3 +375,29 @@ def running_job(comment: str) -> str | None:
     """The id of the running SLURM job whose comment (the plugin's rule_<rule>) is ``comment``."""
     out = subprocess.run(["squeue", "-h", "-t", "R", "-o", "%i %k"], capture_output=True, text=True).stdout
     return next((line.split()[0] for line in out.splitlines() if line.split()[1:2] == [comment]), None)
+
+
+# A second pipeline in a subfolder that never ran: its dependency does not even exist.
+NEVER_RUN = """\
+stages:
+  unrun:
+    cmd: cp missing.txt copied.txt
+    deps: [missing.txt]
+    outs: [copied.txt]
+"""
+
+
+def test_a_never_run_pipeline_in_a_subfolder_is_neither_run_nor_committed(tmp_path: Path) -> None:
+    files = {"params.yaml": yaml.safe_dump(PARAMS), "more.yaml": yaml.safe_dump(MORE_PARAMS), "dvc.yaml": DVC_YAML}
+    origin = dvc_project(tmp_path / "origin", {**files, "other/dvc.yaml": NEVER_RUN})
+    by_dvc, by_kit = clone(origin, "by-dvc"), clone(origin, "by-kit")
+    dvc(by_dvc, "exp", "run", "-n", "mine")
+    snakedvc(by_kit, "exp", "run", "-n", "mine")
+    assert outputs(by_kit) == outputs(by_dvc) and lock(by_kit) == lock(by_dvc)
+    for repo in (by_dvc, by_kit):
+        assert not (repo / "other/copied.txt").exists() and not (repo / "other/dvc.lock").exists()
+        ref = next(
+            r for r in git(repo, "for-each-ref", "--format=%(refname)", "refs/exps").split() if r.endswith("/mine")
+        )
+        assert git(repo, "diff", "--name-only", "HEAD", ref, "--", "other").strip() == ""
+    assert experiment(by_kit, "mine") == experiment(by_dvc, "mine")

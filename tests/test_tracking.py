@@ -109,7 +109,9 @@ def test_two_runs_are_two_experiments_and_restore_is_exact(tmp_path: Path) -> No
     listed = [exp for commit in shown for exp in commit.get("experiments") or []]
     assert len(listed) == 2
     for exp in listed:
-        assert set(exp["revs"][0]["data"]["params"]) == {"results/params.yaml"}
+        # (the examples' own dvc.yaml files, in this repository's clone, name params files of theirs)
+        shown_params = {f for f in exp["revs"][0]["data"]["params"] if not f.startswith("examples/")}
+        assert shown_params == {"results/params.yaml"}
     refs = git(repo, "for-each-ref", "--format=%(refname)", "refs/exps").split()
     named = [ref for ref in refs if ref.rsplit("/", 1)[-1] in ("first", "second")]
     assert len(named) == 2, refs
@@ -128,8 +130,9 @@ def test_two_runs_are_two_experiments_and_restore_is_exact(tmp_path: Path) -> No
     points = loss["content"]["data"]["values"]
     for rev in ("first", "second"):
         assert sorted({int(p["step"]) for p in points if p["rev"] == rev}) == [1, 2, 3, 4], rev
-    # Every artifact is in the DVC cache.
-    assert dvc(repo, "status", "--quiet", check=False).returncode == 0
+    # Every artifact is in the DVC cache (the run's own: the examples' pipelines never ran here).
+    own = [str(p.relative_to(repo)) for p in (repo / "results").rglob("*.dvc")]
+    assert len(own) >= 4 and dvc(repo, "status", "--quiet", *own, check=False).returncode == 0
 
     subprocess.run([sys.executable, "-m", "snakedvc", "restore", "first"], cwd=repo, check=True)
     assert md5(repo / "results/model/model.pt") == first_model
@@ -274,3 +277,16 @@ def test_stopped_training_with_no_retry_left_records_no_model(tmp_path: Path) ->
     assert not (repo / "results/model/model.pt").exists()
     assert not (repo / "results/model/model.pt.dvc").exists()
     assert experiments(repo) == {}
+
+
+def test_a_never_run_pipeline_elsewhere_in_the_repository_changes_nothing(tmp_path: Path) -> None:
+    """The clone holds examples/dvc-pipeline/dvc.yaml, never run (its outputs missing): the run saves
+    its experiment, and no stage of that pipeline is run or committed."""
+    repo = dvc_project(tmp_path / "repo", tmp_path / "remote")
+    other = repo / "examples" / "dvc-pipeline"
+    assert (other / "dvc.yaml").is_file() and not (other / "dvc.lock").exists()
+    run_snakemake(repo, "--profile", "profiles/local", "--config", *SMALL, "snakedvc={experiment: {name: mine}}")
+    assert set(experiments(repo)) == {"mine"}
+    assert not (other / "dvc.lock").exists()
+    ref = next(r for r in git(repo, "for-each-ref", "--format=%(refname)", "refs/exps").split() if r.endswith("/mine"))
+    assert git(repo, "diff", "--name-only", "HEAD", ref, "--", "examples").strip() == ""

@@ -142,7 +142,12 @@ def _read_plan(
         graph = repo.index.graph  # an edge goes from a stage to a stage it depends on
         jobs = resources_of([s.addressing for s in pipeline], table, table_file)
         stages = _stages(pipeline, graph, root, jobs)
-        wanted = _wanted(pipeline, graph, targets)
+        # As `dvc repro`: without targets the stages of this folder's dvc.yaml (and those they need),
+        # not every pipeline of the repository: another one, in a subfolder, may never have run.
+        own = [s for s in pipeline if Path(s.dvcfile.path).resolve() == root / "dvc.yaml"]
+        if not targets and not own:
+            raise PipelineError(f"{root / 'dvc.yaml'}: no stages to run (dvc stage list shows none)")
+        wanted = _wanted(pipeline, graph, targets) if targets else _wanted(pipeline, graph, [s.addressing for s in own])
         status = set(repo.status(targets=[s.addressing for s in wanted]))
         frozen = {s.addressing for s in wanted if s.frozen}
         order = [s.addressing for s in reversed(list(nx.topological_sort(graph))) if s in wanted]

@@ -16,6 +16,7 @@ import fcntl
 import logging
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -225,8 +226,8 @@ def save_experiment(
     for path in included:
         args += ["--include-untracked", path]
     keep = [*own, *included, settings.params]
-    with repo_lock(root):
-        out = run_dvc(args, root)
+    with repo_lock(root), save_targets([*own, *included], root) as targets:
+        out = run_dvc([*args, "--", *targets], root)
         match = re.search(r"saved as:\s*(\S+)", out)
         saved = match.group(1) if match else name
         trim_experiment(saved, keep, record_paths(root), root)
@@ -235,6 +236,34 @@ def save_experiment(
     log.info("experiment saved: %s", saved)
     note_saved(saved)
     return saved
+
+
+@contextlib.contextmanager
+def save_targets(paths: Sequence[str], root: Path | str = ".") -> Iterator[list[str]]:
+    """What `dvc exp save` commits: the .dvc files of the run's own outputs, and nothing else.
+
+    Without targets `dvc exp save` commits every stage of every dvc.yaml in the repository, and
+    fails on one that never ran (another pipeline in a subfolder, its outputs missing) or records
+    it as up to date. A run with no .dvc file of its own gets a stage-less dvc.yaml as its target,
+    which commits nothing: the project's own where it has no stages, else one made for the save
+    and removed after it (DVC refuses a git-ignored one, so it cannot live in .snakedvc/).
+    """
+    base = Path(root)
+    candidates = {p if p.endswith(".dvc") else f"{p}.dvc" for p in paths}
+    own = sorted(c for c in candidates if (base / c).is_file())
+    if own:
+        yield own
+        return
+    project = base / "dvc.yaml"
+    if project.is_file() and not (yaml.safe_load(project.read_text()) or {}).get("stages"):
+        yield ["dvc.yaml"]
+        return
+    scratch = Path(tempfile.mkdtemp(prefix=".snakedvc-save-", dir=base))
+    try:
+        (scratch / "dvc.yaml").write_text("stages: {}\n")
+        yield [str((scratch / "dvc.yaml").relative_to(base))]
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
 
 
 def note_saved(saved: str) -> None:
@@ -323,7 +352,7 @@ def restore(name: str, params_file: str = "results/params.yaml", root: Path | st
     """
     validate_experiment_name(name)
     with repo_lock(root):
-        run_dvc(["exp", "apply", name], root)
+        _apply_experiment(name, root)
     base = [sys.executable, "-m", "snakemake", "--cores", "1"]
     if (Path(root) / params_file).is_file():
         base += ["--configfile", str(params_file)]
@@ -338,6 +367,35 @@ def restore(name: str, params_file: str = "results/params.yaml", root: Path | st
         if "Nothing to be done" in plan.stdout + plan.stderr:
             break
     log.info("restored experiment %s; outputs marked up to date", name)
+
+
+# `dvc exp apply NAME` checks out every output of every pipeline in the repository and fails on one
+# that never ran (another dvc.yaml in a subfolder). DVC's public Repo.experiments.apply takes the
+# checkout's targets: the .dvc files the experiment changed.
+_APPLY = """
+import sys
+from dvc.repo import Repo
+with Repo(sys.argv[1]) as repo:
+    repo.experiments.apply(sys.argv[2], targets=sys.argv[3:] or None)
+"""
+
+
+def _apply_experiment(name: str, root: Path | str = ".") -> None:
+    refs = _git(root, "for-each-ref", "--format=%(refname)", "refs/exps").split()
+    ref = next((r for r in refs if r.rsplit("/", 1)[-1] == name), None)
+    if ref is None:
+        raise TrackingError(f"no experiment named {name!r} (dvc exp show -A lists them)")
+    changed = _git(root, "diff", "--name-only", "-z", "HEAD", ref).split("\0")
+    targets = sorted(p for p in changed if p.endswith(".dvc") and not p.startswith(".dvc/"))
+    log.info("running: dvc exp apply %s (checking out %s)", name, ", ".join(targets) or "nothing")
+    env = {**os.environ, "DVC_NO_ANALYTICS": "1"}
+    root_dir = str(Path(root).resolve())
+    proc = subprocess.run(
+        [sys.executable, "-c", _APPLY, root_dir, name, *targets], cwd=root, env=env, capture_output=True, text=True
+    )
+    if proc.returncode != 0:
+        said = proc.stderr.strip().splitlines()[-20:]
+        raise TrackingError(f"dvc exp apply {name} failed in {root_dir}:\n" + "\n".join(said))
 
 
 def finish_run(config: dict[str, Any], workflow: Any = None, root: Path | str = ".") -> list[str]:
