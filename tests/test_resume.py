@@ -355,3 +355,26 @@ def test_sigterm_to_torchrun_stops_both_ranks_at_one_step_and_the_rerun_matches(
 
 if __name__ == "__main__":
     sys.exit(main())
+
+
+def test_a_folder_of_shards_is_an_input_hashed_file_by_file(tmp_path: Path) -> None:
+    """`Resumable(vars(args), inputs=[args.data])` with a folder of shards (it raised IsADirectoryError)."""
+    shards = tmp_path / "shards"
+    (shards / "part").mkdir(parents=True)
+    (shards / "a.npy").write_bytes(b"first")
+    (shards / "part" / "b.npy").write_bytes(b"second")
+    params = {"lr": 0.01}
+
+    def key_dir() -> Path:
+        return Resumable(params, [shards], root=tmp_path / "ckpt").store.dir
+
+    first = key_dir()
+    assert first == key_dir()  # the same bytes, the same run
+    (shards / "part" / "b.npy").write_bytes(b"changed")
+    assert key_dir() != first
+    (shards / "part" / "b.npy").write_bytes(b"second")
+    assert key_dir() == first
+    (shards / "part" / "b.npy").rename(shards / "part" / "c.npy")  # a renamed shard: another run
+    assert key_dir() != first
+    with pytest.raises(FileNotFoundError, match=r"input .*missing does not exist"):
+        Resumable(params, [tmp_path / "missing"], root=tmp_path / "ckpt")

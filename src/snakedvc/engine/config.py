@@ -129,3 +129,40 @@ def validate_config(config: Any, schema: dict[str, Any]) -> dict[str, Any]:
     if errors:
         raise ConfigError(_message(errors[0]))
     return filled
+
+
+def check_overrides(base: Mapping[str, Any], overrides: Mapping[str, Any], files: str, prefix: str = "") -> None:
+    """A workflow with no schema of its own: each `--config` value must name a key its config files
+    have, with a value of the same kind (a number for a number, a list for a list, ...), so that a
+    typo or a wrong value stops the run before any job, naming the key, and not in a rule's script
+    (after Snakemake removed the outputs it would redo) or as a resource Snakemake cannot read.
+    ``base``: the config files merged; ``files``: their names, for the message."""
+    for key, value in overrides.items():
+        dotted = f"{prefix}{key}"
+        if key not in base:
+            allowed = ", ".join(sorted(map(str, base))) or "none"
+            raise ConfigError(
+                f"--config key '{dotted}' is not in the config ({files}); keys allowed "
+                f"{'at the top' if not prefix else 'in ' + repr(prefix.rstrip('.'))}: {allowed}. "
+                "A new key: add it to the config file first (or check the config with a schema: snakedvc.schema)"
+            )
+        known = base[key]
+        if isinstance(known, Mapping) and isinstance(value, Mapping):
+            check_overrides(known, value, files, dotted + ".")
+        elif _kind(value) != _kind(known) and not _fits(value, known):
+            raise ConfigError(
+                f"--config key '{dotted}': {value!r} is not {_kind(known)} like the config's {known!r} ({files})"
+            )
+
+
+def _kind(value: Any) -> str:
+    for kind, types in (("a mapping", Mapping), ("a list", list), ("true or false", bool), ("a number", int | float)):
+        if isinstance(value, types):
+            return kind
+    return "a string" if isinstance(value, str) else "null"
+
+
+def _fits(value: Any, known: Any) -> bool:
+    """Where another kind is fine: anything where the config has null or a string (a number or a word
+    given for a name), and a number for a number."""
+    return known is None or (isinstance(known, str) and not isinstance(value, Mapping | list))

@@ -84,7 +84,12 @@ class Plan:
     dvc_init: bool
 
     def describe(self) -> list[str]:
-        said = [f"write   {path}" for path in self.files]
+        said = [
+            "edit    .gitignore: comment out lines that hide .dvc files, add snakedvc's"
+            if path == ".gitignore"
+            else f"write   {path}"
+            for path in self.files
+        ]
         said += [f"append  {path}: {text.strip().splitlines()[0]}..." for path, text in self.appends.items()]
         return said + (["run     dvc init"] if self.dvc_init else [])
 
@@ -110,12 +115,24 @@ def plan(root: Path, config: str = "config.yaml") -> Plan:
         )
     appends = {}
     ignore = root / ".gitignore"
-    present = set(ignore.read_text().splitlines()) if ignore.is_file() else set()
-    missing = [line for line in GITIGNORE if line not in present]
-    if missing:
-        appends[".gitignore"] = (
-            "\n# snakedvc: Snakemake's and the kit's folders, logs, checkpoints, outputs\n" + "\n".join(missing) + "\n"
+    lines = ignore.read_text().splitlines() if ignore.is_file() else []
+    missing = [line for line in GITIGNORE if line not in set(lines)]
+    added = "\n# snakedvc: Snakemake's and the kit's folders, logs, checkpoints, outputs\n" + "\n".join(missing) + "\n"
+    hiding = lines_hiding_dvc_files(lines, added if missing else "")
+    if hiding:
+        files[".gitignore"] = (
+            "\n".join(
+                f"# snakedvc init: was {line!r}, which hid the .dvc files DVC needs git to see "
+                "(git cannot re-include a file in an ignored folder); the lines below ignore the outputs"
+                if number in hiding
+                else line
+                for number, line in enumerate(lines, 1)
+            )
+            + "\n"
+            + (added if missing else "")
         )
+    elif missing:
+        appends[".gitignore"] = added
     settings = root / config
     current = yaml.safe_load(settings.read_text()) if settings.is_file() else None
     if not isinstance(current, dict) or "snakedvc" not in current:
@@ -123,6 +140,37 @@ def plan(root: Path, config: str = "config.yaml") -> Plan:
             raise InitError(f"{config} is not a mapping of keys: cannot add the snakedvc section to it")
         appends[config] = ("\n" if settings.is_file() else "") + CONFIG_SECTION
     return Plan(files=files, appends=appends, dvc_init=not (root / ".dvc").is_dir())
+
+
+# Where init's lines keep outputs out of git but must leave these visible.
+VISIBLE_PROBES = ("results/model.pt.dvc", "results/model/model.pt.dvc", "results/model/.gitignore")
+
+
+def lines_hiding_dvc_files(lines: list[str], added: str) -> set[int]:
+    """The numbers (from 1) of the user's .gitignore lines that would still hide a .dvc file under
+    results/ after init's lines are added: e.g. ``results/``, which ignores the folder itself, so no
+    later ``!`` line can bring a file inside it back. Asked of git, in a scratch repository."""
+    import tempfile
+
+    hiding: set[int] = set()
+    with tempfile.TemporaryDirectory() as scratch:
+        subprocess.run(["git", "init", "-q", scratch], check=True, capture_output=True)
+        for _ in range(len(lines) + 1):
+            kept = ["" if number in hiding else line for number, line in enumerate(lines, 1)]
+            Path(scratch, ".gitignore").write_text("\n".join(kept) + "\n" + added)
+            proc = subprocess.run(
+                ["git", "check-ignore", "-v", "-n", *VISIBLE_PROBES], cwd=scratch, capture_output=True, text=True
+            )
+            culprits = {
+                int(found.split(":")[1])
+                for found in proc.stdout.splitlines()
+                if found.startswith(".gitignore:") and not found.split(":", 2)[2].startswith("!")
+            }
+            culprits = {number for number in culprits if number <= len(lines)} - hiding
+            if not culprits:
+                return hiding
+            hiding |= culprits
+    return hiding
 
 
 def init(root: Path | str = ".", config: str = "config.yaml", dry_run: bool = False) -> list[str]:

@@ -398,6 +398,11 @@ def _apply_experiment(name: str, root: Path | str = ".") -> None:
         raise TrackingError(f"dvc exp apply {name} failed in {root_dir}:\n" + "\n".join(said))
 
 
+def say(line: str) -> None:
+    """A line the user sees at the end of a run (Snakemake shows no INFO logging of ours)."""
+    print(f"snakedvc: {line}", file=sys.stderr, flush=True)
+
+
 def finish_run(config: dict[str, Any], workflow: Any = None, root: Path | str = ".") -> list[str]:
     """End of a successful run: save it as a DVC experiment (a sweep: one per trial) built from the
     run's own outputs, and keep its record (.snakedvc/last-run.json) for the report.
@@ -422,13 +427,22 @@ def finish_run(config: dict[str, Any], workflow: Any = None, root: Path | str = 
         record["sweep"] = str(sweep_plan(config).report)
     if not kit_settings(config).tracking:
         saved: list[str] = []
+        say("run not recorded: tracking is off (snakedvc.tracking in the config)")
     elif not is_dvc_repo(root):
-        log.info("not a DVC repository (no .dvc/): run not recorded")
         saved = []
+        say(
+            f"run not recorded: {Path(root).resolve()} is not a DVC repository (no .dvc/): `dvc init` there to record runs"
+        )
     else:
         from snakedvc.engine.sweep.save import save_trials
 
         saved = save_trials(config, root) if sweep else [save_experiment(config, own, root=root)]
+        if sweep and saved:
+            say(f"saved {len(saved)} trial experiments: {', '.join(saved)} (see them: dvc exp show; snakedvc report)")
+        elif sweep:
+            say("no trial experiment saved: the sweep's report was not among this run's targets")
+        else:
+            say(f"saved experiment {saved[0]} (see it: dvc exp show; snakedvc report)")
     params = experiment_settings(config).params
     if not sweep:
         write_effective_params(config, params, root)

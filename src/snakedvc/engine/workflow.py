@@ -7,19 +7,19 @@ config settings are read.
 from __future__ import annotations
 
 import copy
-import json
 import os
 import shlex
 import shutil
 import subprocess
 from collections.abc import Iterable, Mapping, Sequence
 from importlib import resources
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 from snakedvc.engine import settings
-from snakedvc.engine.config import KEY, ConfigError, load_schema, typed, validate_config
+from snakedvc.engine.config import KEY, ConfigError, check_overrides, load_schema, typed, validate_config
 from snakedvc.engine.env import use_this_interpreter
+from snakedvc.engine.flagwords import flag_words
 from snakedvc.engine.names import validate_experiment_name
 from snakedvc.engine.settings import Settings
 
@@ -77,11 +77,27 @@ def configure(config: dict[str, Any], workflow: Any = None) -> Settings:
     user = {key: value for key, value in config.items() if key != KEY}
     if kit.schema:
         user = validate_config(user, load_schema(kit.schema))
+    else:
+        _check_without_schema(workflow, {key: value for key, value in overrides.items() if key != KEY})
     config.clear()
     config.update(user)
     config[KEY] = values  # plain data (Snakemake copies the config); read it through settings(config)
     use_this_interpreter()
     return kit
+
+
+def _check_without_schema(workflow: Any, overrides: Mapping[str, Any]) -> None:
+    """The `--config` values of a workflow with no schema, against its config files (config.check_overrides)."""
+    files = [str(path) for path in getattr(workflow, "configfiles", None) or []]
+    if not overrides or not files:
+        return
+    import yaml
+
+    base: dict[str, Any] = {}
+    for path in files:
+        with open(path) as handle:
+            _merge(base, yaml.safe_load(handle) or {})
+    check_overrides(base, overrides, ", ".join(files))
 
 
 def _paths(outputs: Iterable[Any]) -> list[str]:
@@ -148,8 +164,7 @@ def preflight(paths: Sequence[str], root: str | Path = ".") -> None:
         if source and not pattern.startswith("!"):
             problems.append(
                 f"{path}: git ignores it ({source}:{line}: {pattern!r}) and DVC refuses a .dvc file git ignores. "
-                f"Fix: make that line match only what it means (e.g. '/{pattern.strip('/')}/' for the top folder) "
-                f"or add a line '!{path}' after it"
+                f"Fix: {_ignore_fix(path, pattern, root)}"
             )
     listed = subprocess.run(["git", "ls-files", "-z", "--", *paths], cwd=root, capture_output=True, text=True)
     for path in sorted(set(listed.stdout.split("\0")) - {""}):
@@ -159,6 +174,29 @@ def preflight(paths: Sequence[str], root: str | Path = ".") -> None:
         )
     if problems:
         raise ConfigError("outputs that DVC cannot track (snakedvc.tracked):\n  " + "\n  ".join(problems))
+
+
+def _ignore_fix(path: str, pattern: str, root: str | Path) -> str:
+    """A fix that works for a .gitignore ``pattern`` that hides ``path`` (a .dvc file). Where the pattern
+    ignores a folder above the file, no later '!' line can bring the file back (git does not look
+    inside an ignored folder): the folder's files must be ignored instead of the folder."""
+    parents = [str(PurePosixPath(path).parents[i]) for i in range(len(PurePosixPath(path).parents) - 1)]
+    hidden_folder = subprocess.run(
+        ["git", "check-ignore", *(f"{folder}/" for folder in parents)], cwd=root, capture_output=True, text=True
+    )
+    if not parents or not hidden_folder.stdout.strip():
+        return f"add a line '!{path}' after it"
+    folder = pattern.strip("/")
+    fixes = []
+    if not path.startswith(folder + "/"):  # meant for a folder of that name elsewhere, e.g. the top one
+        fixes.append(f"make that line match only what it means, e.g. '/{folder}/' for the top folder")
+    base = f"/{folder}" if pattern.startswith("/") or "/" in folder else f"**/{folder}"
+    fixes.append(
+        f"replace that line with the three lines '{base}/**', '!{base}/**/' and '!{base}/**/*.dvc' "
+        "(git cannot re-include a file inside an ignored folder: these ignore the folder's files, not its "
+        "folders and .dvc files)"
+    )
+    return "; or ".join(fixes)
 
 
 def flags(config: Mapping[str, Any], key: str | None = None) -> Any:
@@ -173,27 +211,11 @@ def flags(config: Mapping[str, Any], key: str | None = None) -> Any:
     made with ``use rule … with:`` restates no params. ``flags(section)`` gives the words now.
     """
     if key is None:
-        return _flag_words(config)
+        return flag_words(config)
     from snakedvc.engine.sweep import plan
     from snakedvc.engine.sweep.space import get_dotted
 
-    return plan(config).flags(key, fallback=_flag_words(get_dotted(config, key)))
-
-
-def _flag_words(values: Mapping[str, Any]) -> str:
-    words: list[str] = []
-    for key in sorted(values):
-        value = values[key]
-        words.append("--" + str(key).replace("_", "-"))
-        items = value if isinstance(value, list) else [value]
-        for item in items:
-            if isinstance(item, bool):
-                words.append("true" if item else "false")
-            elif isinstance(item, Mapping | list):
-                words.append(json.dumps(item, sort_keys=True))
-            else:
-                words.append(str(item))
-    return shlex.join(words)
+    return plan(config).flags(key, fallback=flag_words(get_dotted(config, key)))
 
 
 def training_resources(nodes: int = 1, gpus_per_node: int = 0) -> dict[str, Any]:

@@ -41,13 +41,31 @@ _NAME = re.compile(r"^ckpt-e(\d+)-s(\d+)\.pt$")
 
 
 def run_key(config: Any, inputs: Sequence[str | Path]) -> str:
-    """Identity of a training run: its params (JSON-able; paths as strings) and the bytes of its inputs."""
+    """Identity of a training run: its params (JSON-able; paths as strings) and the bytes of its inputs.
+
+    An input is a file or a folder (a folder of shards): a folder gives every file under it, in the
+    order of their paths, each path (relative to the folder) with its bytes, so a renamed, added or
+    removed shard is another run too."""
     digest = hashlib.sha256(json.dumps(config, sort_keys=True, default=str).encode())
-    for path in inputs:
-        with open(path, "rb") as handle:
-            for block in iter(lambda: handle.read(1 << 20), b""):
-                digest.update(block)
+    for path in map(Path, inputs):
+        if path.is_dir():
+            for file in sorted(f for f in path.rglob("*") if f.is_file()):
+                digest.update(file.relative_to(path).as_posix().encode() + b"\0")
+                _update(digest, file)
+        elif path.exists():
+            _update(digest, path)
+        else:
+            raise FileNotFoundError(
+                f"Resumable: input {path} does not exist (inputs= names the files or folders "
+                "the training reads, to tell one run's checkpoints from another's)"
+            )
     return digest.hexdigest()[:20]
+
+
+def _update(digest: Any, path: Path) -> None:
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
 
 
 def rng_state() -> dict[str, Any]:

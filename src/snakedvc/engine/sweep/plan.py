@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from snakedvc.engine.config import ConfigError, load_schema
+from snakedvc.engine.flagwords import flag_words
 from snakedvc.engine.settings import Sweep
 from snakedvc.engine.settings import settings as kit_settings
 from snakedvc.engine.sweep.space import SETTINGS, Trial, build_trials, get_dotted, section_key, set_dotted, user_config
@@ -193,12 +194,11 @@ class SweepPlan:
         """Params function: the trial's config section (dotted key) at this rung as ``--name value``
         flags (snakedvc.flags), for a script that reads its hyperparameters with argparse.
         With ``fallback``, a job that is not one of this sweep's trials gets ``fallback``."""
-        from snakedvc.engine.workflow import _flag_words
 
         def section_flags(wildcards: Any) -> str:
             if fallback is not None and not self._is_trial(wildcards):
                 return fallback
-            return _flag_words(get_dotted(self._config_of(wildcards), key))
+            return flag_words(get_dotted(self._config_of(wildcards), key))
 
         return section_flags
 
