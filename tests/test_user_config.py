@@ -6,7 +6,6 @@ from pathlib import Path
 
 import pytest
 
-from snakedvc.engine.config import ConfigError, check_overrides
 from tests.conftest import run_snakemake
 
 SNAKEFILE = """\
@@ -86,6 +85,8 @@ def test_a_configfile_may_bring_new_keys_and_the_users_schema_still_decides(proj
 
 
 def test_check_overrides_allows_numbers_for_numbers_and_anything_for_null() -> None:
+    from snakedvc.engine.config import ConfigError, check_overrides
+
     base = {"a": 1.5, "b": None, "c": {"d": True}}
     check_overrides(base, {"a": 2, "b": [1], "c": {"d": False}}, "config.yaml")
     with pytest.raises(ConfigError, match=r"'c.d': 'yes' is not true or false"):
