@@ -158,7 +158,9 @@ def cmd_submit(args: argparse.Namespace) -> None:
     profile = args.profile or "profiles/local"
     if pipeline is not None:
         profile = str(pipeline_profile(args.profile, root))
-    run = submit(profile, snakemake_args, name=args.name or "", share=args.share, pipeline=pipeline)
+    run = submit(
+        profile, snakemake_args, name=args.name or "", share=args.share, pipeline=pipeline, replace=args.replace
+    )
     where = f"SLURM job {run.controller_jobs[-1]}" if run.slurm else f"process {run.controller_pid}"
     print(run.id)
     print(f"submitted run {run.id} ({run.name}): controller {where}; `snakedvc logs -f {run.id}` follows it",
@@ -341,6 +343,7 @@ def _add_run_commands(step: Step) -> None:
     """The commands a person runs: detached runs and set-up."""
     p = step("submit", cmd_submit, "run the workflow detached, on the code as it is now; prints the run id")
     p.add_argument("--name", help="the run's name, and its DVC experiment's (default: the run id)")
+    p.add_argument("--replace", action="store_true", help="replace an experiment of that name (else refused)")
     p.add_argument(
         "--profile", help="Snakemake profile (a SLURM one: the controller is a job; default profiles/local, or "
         "for a dvc.yaml with no Snakefile the kit's local one)"

@@ -26,12 +26,13 @@ from types import FrameType
 from typing import Any
 
 from snakedvc import slurm
+from snakedvc.engine.names import EXPERIMENT_NAME_ENV, EXPERIMENT_REPLACE_ENV
 from snakedvc.engine.runs.control import jobs_in_workspace
 from snakedvc.engine.runs.record import CANCEL_MARKER, Run, RunError
 from snakedvc.engine.runs.state import NOTHING_TO_BE_DONE, describe_failure, failure_reason, squeue_states
 from snakedvc.engine.runs.submission import start_controller
 from snakedvc.engine.runs.workspace import controller_settings, profile_dir
-from snakedvc.engine.tracking import EXPERIMENT_NAME_ENV, EXPERIMENTS_FILE_ENV
+from snakedvc.engine.tracking import EXPERIMENTS_FILE_ENV
 from snakedvc.slurm import SlurmUnavailable
 
 EXPERIMENTS_FILE = "experiments.txt"
@@ -113,6 +114,8 @@ class Controller:
         for key, value in self.run.environment.items():
             env[key] = value + (os.pathsep + env[key] if env.get(key) else "")
         env[EXPERIMENT_NAME_ENV] = self.run.name
+        if self.run.replace:
+            env[EXPERIMENT_REPLACE_ENV] = "1"
         env[EXPERIMENTS_FILE_ENV] = str(self.run.dir / EXPERIMENTS_FILE)
         env.setdefault("DVC_NO_ANALYTICS", "1")
         return env

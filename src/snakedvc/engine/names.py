@@ -4,9 +4,19 @@ place that makes such a ref, so a name that would fail at the end fails before a
 
 from __future__ import annotations
 
+import json
+import os
 import re
 import shutil
+import socket
 import subprocess
+import time
+from pathlib import Path
+
+# Set by a submitted run's controller (snakedvc.engine.controller): the run's experiment name, and
+# whether it may replace an experiment of that name (snakedvc submit --replace).
+EXPERIMENT_NAME_ENV = "SNAKEDVC_EXPERIMENT_NAME"
+EXPERIMENT_REPLACE_ENV = "SNAKEDVC_EXPERIMENT_REPLACE"
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
 
@@ -25,3 +35,120 @@ def validate_experiment_name(name: str, what: str = "experiment name") -> str:
         if checked.returncode != 0:
             raise ValueError(f"{what} {name!r} is not a valid git ref name (git check-ref-format refused it)")
     return name
+
+
+class NameTaken(ValueError):
+    """An experiment name in use: saved already, or claimed by a live run. The message says how to proceed."""
+
+
+REPLACE_HINT = "replace it on purpose with snakedvc={experiment: {replace: true}} (DVC's `exp save -f`)"
+
+
+def experiment_ref(name: str, root: str | Path = ".") -> str | None:
+    """The ref of the experiment named ``name`` (refs/exps/<baseline>/<name>), or None."""
+    proc = subprocess.run(
+        ["git", "for-each-ref", "--format=%(refname)", "refs/exps"], cwd=root, capture_output=True, text=True
+    )
+    return next((ref for ref in proc.stdout.split() if ref.rsplit("/", 1)[-1] == name), None)
+
+
+def describe_experiment(ref: str, root: str | Path = ".") -> str:
+    """When and on which commit an experiment was saved, in words."""
+    shown = subprocess.run(
+        ["git", "log", "-1", "--date=format:%Y-%m-%d %H:%M", "--format=%cd|%h|%p", ref],
+        cwd=root,
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
+    when, commit, parents = (shown.split("|") + ["", "", ""])[:3]
+    return f"saved {when} as commit {commit}, on baseline {parents.split()[0] if parents else '?'}"
+
+
+def check_name_is_free(name: str, root: str | Path = ".", replace: bool = False, how: str = REPLACE_HINT) -> None:
+    """Before any job: NameTaken where an experiment ``name`` exists (unless ``replace``) or another live
+    run of this repository has claimed it."""
+    ref = experiment_ref(name, root)
+    if ref and not replace:
+        raise NameTaken(
+            f"experiment {name!r} exists already ({describe_experiment(ref, root)}; `dvc exp show -A` lists it). "
+            f"A run never replaces an experiment unless asked: choose another name, or {how}"
+        )
+    holder = claim_holder(name, root)
+    if holder:
+        raise NameTaken(f"experiment name {name!r} is claimed by a run that is going: {holder}. Choose another name")
+
+
+def _claims(root: str | Path) -> Path | None:
+    proc = subprocess.run(
+        ["git", "rev-parse", "--path-format=absolute", "--git-common-dir"], cwd=root, capture_output=True, text=True
+    )
+    return Path(proc.stdout.strip()) / "snakedvc-names" if proc.returncode == 0 else None
+
+
+def claim_holder(name: str, root: str | Path = ".") -> str | None:
+    """Who holds a live claim on ``name`` (in words), or None; a claim whose process is gone is stale."""
+    folder = _claims(root)
+    path = folder / name if folder else None
+    if path is None or not path.is_file():
+        return None
+    try:
+        held = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    if held.get("pid") == os.getpid():
+        return None
+    if held.get("host") == socket.gethostname() and not _alive(int(held.get("pid", 0))):
+        return None
+    return (
+        f"process {held.get('pid')} on {held.get('host')} since {held.get('since')} ({path}: remove it if that run "
+        "is gone)"
+    )
+
+
+def claim_name(name: str, root: str | Path = ".") -> None:
+    """Claim ``name`` for this process's run (the repository's git folder, shared by its worktrees), so that
+    a second run started at once with the same name is refused; NameTaken if a live run holds it."""
+    folder = _claims(root)
+    if folder is None:
+        return
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / name
+    mine = json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "since": time.strftime("%Y-%m-%d %H:%M:%S")})
+    for _ in range(2):
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        except FileExistsError:
+            holder = claim_holder(name, root)
+            if holder:
+                raise NameTaken(
+                    f"experiment name {name!r} is claimed by a run that is going: {holder}. Choose another name"
+                ) from None
+            path.unlink(missing_ok=True)  # stale: its process is gone
+            continue
+        with os.fdopen(fd, "w") as handle:
+            handle.write(mine)
+        return
+
+
+def release_name(name: str, root: str | Path = ".") -> None:
+    folder = _claims(root)
+    if folder is None:
+        return
+    path = folder / name
+    try:
+        if json.loads(path.read_text()).get("pid") == os.getpid():
+            path.unlink()
+    except (OSError, ValueError):
+        pass
+
+
+def _alive(pid: int) -> bool:
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True

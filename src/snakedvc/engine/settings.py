@@ -33,6 +33,7 @@ class Experiment:
     metrics: tuple[str, ...]
     files: tuple[str, ...]
     push: bool
+    replace: bool
 
 
 @dataclasses.dataclass(frozen=True)

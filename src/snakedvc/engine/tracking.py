@@ -28,7 +28,7 @@ from typing import Any
 import yaml
 
 from snakedvc.engine.config import KEY
-from snakedvc.engine.names import validate_experiment_name
+from snakedvc.engine.names import EXPERIMENT_NAME_ENV, EXPERIMENT_REPLACE_ENV, release_name, validate_experiment_name
 from snakedvc.engine.records import dag_outputs, record_paths, within, write_record
 from snakedvc.engine.settings import Experiment
 from snakedvc.engine.settings import settings as kit_settings
@@ -40,7 +40,6 @@ log = logging.getLogger(__name__)
 LOCK_FILE = Path(".dvc") / "tmp" / "snakedvc.lock"
 SKIP_SAVE_ENV = "SNAKEDVC_SKIP_EXP_SAVE"
 # Set by a submitted run's controller (snakedvc.controller).
-EXPERIMENT_NAME_ENV = "SNAKEDVC_EXPERIMENT_NAME"
 EXPERIMENTS_FILE_ENV = "SNAKEDVC_EXPERIMENTS_FILE"
 
 
@@ -117,7 +116,9 @@ def experiment_settings(config: Mapping[str, Any]) -> Experiment:
     found = kit_settings(config).experiment
     # A submitted run (snakedvc submit) names its experiment after the run.
     if os.environ.get(EXPERIMENT_NAME_ENV):
-        found = dataclasses.replace(found, name=os.environ[EXPERIMENT_NAME_ENV])
+        found = dataclasses.replace(
+            found, name=os.environ[EXPERIMENT_NAME_ENV], replace=os.environ.get(EXPERIMENT_REPLACE_ENV) == "1"
+        )
     return found
 
 
@@ -218,7 +219,8 @@ def save_experiment(
         validate_experiment_name(name)
     write_effective_params(config, settings.params, root)
     included = experiment_files(config, own, root) if files is None else list(files)
-    args = ["exp", "save", "--force"] if name else ["exp", "save"]
+    # --force only when asked by name (experiment.replace): a run never replaces a record by accident.
+    args = ["exp", "save", "--force"] if name and settings.replace else ["exp", "save"]
     if name:
         args += ["--name", name]
     if message:
@@ -447,4 +449,6 @@ def finish_run(config: dict[str, Any], workflow: Any = None, root: Path | str = 
     if not sweep:
         write_effective_params(config, params, root)
     write_record(root, {**record, "experiments": saved, "params": params})
+    if experiment_settings(config).name:
+        release_name(experiment_settings(config).name, root)
     return saved

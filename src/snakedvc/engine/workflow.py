@@ -20,7 +20,15 @@ from snakedvc.engine import settings
 from snakedvc.engine.config import KEY, ConfigError, check_overrides, load_schema, typed, validate_config
 from snakedvc.engine.env import use_this_interpreter
 from snakedvc.engine.flagwords import flag_words
-from snakedvc.engine.names import validate_experiment_name
+from snakedvc.engine.names import (
+    EXPERIMENT_NAME_ENV,
+    EXPERIMENT_REPLACE_ENV,
+    REPLACE_HINT,
+    NameTaken,
+    check_name_is_free,
+    claim_name,
+    validate_experiment_name,
+)
 from snakedvc.engine.settings import Settings
 
 MODULES = ("kit", "tracking", "sweep")
@@ -74,6 +82,8 @@ def configure(config: dict[str, Any], workflow: Any = None) -> Settings:
             validate_experiment_name(f"{kit.sweep.name}-t000", "sweep.name (its trials' experiments)")
     except (ConfigError, ValueError) as error:
         raise ConfigError(f"{KEY}: {error}") from None
+    if getattr(workflow, "is_main_process", False):
+        _check_names(kit, dry_run=bool(getattr(workflow, "dryrun", False)))
     user = {key: value for key, value in config.items() if key != KEY}
     if kit.schema:
         user = validate_config(user, load_schema(kit.schema))
@@ -84,6 +94,33 @@ def configure(config: dict[str, Any], workflow: Any = None) -> Settings:
     config[KEY] = values  # plain data (Snakemake copies the config); read it through settings(config)
     use_this_interpreter()
     return kit
+
+
+def _check_names(kit: Settings, dry_run: bool) -> None:
+    """Before any job, on the submit host: the run's experiment name (a submitted run's comes from its
+    controller) is no existing experiment's, unless replace is asked, nor another live run's; a real run
+    claims it. A sweep: no experiment of its trials' names exists."""
+    name = os.environ.get(EXPERIMENT_NAME_ENV) or kit.experiment.name
+    replace = kit.experiment.replace or os.environ.get(EXPERIMENT_REPLACE_ENV) == "1"
+    try:
+        if kit.sweep.enabled:
+            trials = [ref for ref in _experiment_names() if ref.startswith(f"{kit.sweep.name}-t")]
+            if trials and not replace:
+                raise NameTaken(
+                    f"sweep {kit.sweep.name!r} has saved trial experiments already ({', '.join(trials[:3])}"
+                    f"{', ...' if len(trials) > 3 else ''}): choose another sweep.name, or {REPLACE_HINT}"
+                )
+        elif name:
+            check_name_is_free(name, ".", replace)
+            if not dry_run:
+                claim_name(name)
+    except NameTaken as error:
+        raise ConfigError(f"{KEY}: {error}") from None
+
+
+def _experiment_names() -> list[str]:
+    proc = subprocess.run(["git", "for-each-ref", "--format=%(refname)", "refs/exps"], capture_output=True, text=True)
+    return [ref.rsplit("/", 1)[-1] for ref in proc.stdout.split()]
 
 
 def _check_without_schema(workflow: Any, overrides: Mapping[str, Any]) -> None:

@@ -77,6 +77,7 @@ class Run:
     # A DVC pipeline's run (no Snakefile): `snakedvc exp run`'s -S, --resources and targets. None:
     # a Snakemake workflow.
     exp_run_args: list[str] | None = None
+    replace: bool = False  # submit --replace: the run may replace an experiment of its name
 
     @property
     def dir(self) -> Path:

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from snakedvc import slurm
 from snakedvc.engine.dvcpipeline import ExpRunOptions, dry_run
-from snakedvc.engine.names import validate_experiment_name
+from snakedvc.engine.names import NameTaken, check_name_is_free, validate_experiment_name
 from snakedvc.engine.records import ignore_kit_folder
 from snakedvc.engine.runs.record import FINISHED_STATES, RUN_REF_PREFIX, Run, RunError, git, repository_root, this_host
 from snakedvc.engine.runs.state import list_runs
@@ -136,6 +136,7 @@ def submit(
     share: Sequence[str] = (),
     cwd: Path | str = ".",
     pipeline: ExpRunOptions | None = None,
+    replace: bool = False,
 ) -> Run:
     """Freeze the working tree, make the run's workspace and start its controller; returns the run.
     ``pipeline``: a DVC pipeline's run (`snakedvc exp run` in the workspace, with these -S,
@@ -147,6 +148,10 @@ def submit(
     taken = [r.id for r in list_runs(root) if r.name == name and r.state not in FINISHED_STATES]
     if taken:
         raise RunError(f"run name {name!r} is in use by active run {taken[0]}: choose another --name")
+    try:
+        check_name_is_free(name, root, replace, how="replace it on purpose with snakedvc submit --replace")
+    except NameTaken as error:
+        raise RunError(str(error)) from None
     folder = profile_dir(root, profile)
     on_slurm = profile_is_slurm(folder)
     job = controller_settings(folder) if on_slurm else None  # bad settings fail here, before anything is made
@@ -171,6 +176,7 @@ def submit(
         slurm=on_slurm,
         created=time.time(),
         exp_run_args=None if pipeline is None else pipeline.args(),
+        replace=replace,
     )
     run.dir.mkdir(parents=True)
     try:

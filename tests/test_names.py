@@ -1,0 +1,104 @@
+"""Experiment names never overwrite: a name in use is refused before any job, everywhere a name enters."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import dvc, dvc_experiments, git, run_snakemake
+from tests.test_user_config import CONFIG, SNAKEFILE
+from tests.waiting import wait_until
+
+# train sleeps when asked, so that a second run can start while the first is going.
+SLOW_SNAKEFILE = SNAKEFILE.replace(
+    'shell: "echo {params.lr} > {output}"', 'shell: "sleep {config[pause]} && echo {params.lr} > {output}"'
+)
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Path:
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "Snakefile").write_text(SLOW_SNAKEFILE)
+    (project / "config.yaml").write_text(
+        "pause: 0\n" + CONFIG.replace("tracking: false", "tracking: true\n  experiment: {metrics: []}")
+    )
+    (project / "dvc.yaml").write_text("params: [results/params.yaml]\n")
+    git(project, "init", "-q", "-b", "main")
+    dvc(project, "init", "-q")
+    git(project, "add", "-A")
+    git(project, "-c", "user.name=a", "-c", "user.email=a@b", "commit", "-q", "-m", "project")
+    return project
+
+
+def named(name: str, *more: str) -> list[str]:
+    return ["--cores", "1", "--config", f"snakedvc={{experiment: {{name: {name}{''.join(more)}}}}}"]
+
+
+def lr_of(project: Path, name: str) -> float:
+    return dvc_experiments(project)[name]["params"]["train"]["lr"]
+
+
+def test_a_name_in_use_is_refused_before_any_job_and_replaced_only_when_asked(project: Path) -> None:
+    run_snakemake(project, *named("pavid-nark"))
+    assert lr_of(project, "pavid-nark") == 0.01
+    (project / "out/model.txt").unlink()
+    (project / "config.yaml").write_text((project / "config.yaml").read_text().replace("lr: 0.01", "lr: 0.02"))
+    refused = run_snakemake(project, *named("pavid-nark"), check=False)
+    said = refused.stderr + refused.stdout
+    assert refused.returncode != 0
+    assert "experiment 'pavid-nark' exists already (saved " in said and "on baseline " in said, said[-2000:]
+    assert "snakedvc={experiment: {replace: true}}" in said
+    assert not (project / "out/model.txt").exists()  # no job ran
+    assert lr_of(project, "pavid-nark") == 0.01  # the record is intact
+    run_snakemake(project, *named("pavid-nark", ", replace: true"))
+    assert lr_of(project, "pavid-nark") == 0.02
+    assert len(dvc_experiments(project)) == 1
+
+
+def test_two_runs_started_at_once_with_one_name_one_is_refused(project: Path) -> None:
+    first = subprocess.Popen(
+        [sys.executable, "-m", "snakemake", *named("twin"), "pause=8"],
+        cwd=project,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    claim = project / ".git" / "snakedvc-names" / "twin"
+    wait_until(claim.is_file, "the first run to claim its name", 60, proc=first)
+    second = run_snakemake(project, *named("twin"), "pause=0", check=False)
+    assert second.returncode != 0
+    assert "experiment name 'twin' is claimed by a run that is going: process" in second.stderr + second.stdout
+    output, _ = first.communicate(timeout=120)
+    assert first.returncode == 0, output[-2000:]
+    assert set(dvc_experiments(project)) == {"twin"} and not claim.exists()
+
+
+def test_a_claim_left_by_a_killed_run_is_stale(project: Path) -> None:
+    claim = project / ".git" / "snakedvc-names" / "gone"
+    claim.parent.mkdir(parents=True)
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    claim.write_text(f'{{"pid": {gone.pid}, "host": "{__import__("socket").gethostname()}", "since": "then"}}')
+    run_snakemake(project, *named("gone"))
+    assert "gone" in dvc_experiments(project)
+
+
+def test_submit_refuses_an_experiment_name_in_use(project: Path) -> None:
+    run_snakemake(project, *named("kept"))
+    profile = Path(__file__).resolve().parents[1] / "src/snakedvc/profiles/local"
+    started = time.time()
+    proc = subprocess.run(
+        [sys.executable, "-m", "snakedvc", "submit", "--profile", str(profile), "--name", "kept"],
+        cwd=project,
+        capture_output=True,
+        text=True,
+    )
+    assert proc.returncode != 0 and "experiment 'kept' exists already" in proc.stderr, proc.stderr
+    assert "snakedvc submit --replace" in proc.stderr
+    assert time.time() - started < 30
+    assert not (project / ".snakedvc/runs").exists() or not list((project / ".snakedvc/runs").iterdir())
