@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 STEP_BIN := .venv-esol/bin
 SNAKEMAKE := $(BIN)/snakemake
 
-.PHONY: help setup run run-slurm digits test test-fast lint dag bench browser clean cluster-up cluster-down
+.PHONY: help setup run run-slurm digits test test-fast lint docs dag bench browser clean cluster-up cluster-down
 
 help:
 	@echo "make run        set up .venv (engine) and .venv-esol (steps), run the pipeline locally (profiles/local),"
@@ -18,6 +18,7 @@ help:
 	@echo "make digits     set up .venv and run the second example (examples/digits) locally"
 	@echo "make dag        render the job DAG and rule graph to dag/*.svg"
 	@echo "make lint       ruff, mypy and snakemake --lint"
+	@echo "make docs       build the documentation site (MkDocs, from docs/) into site/; open site/index.html"
 	@echo "make bench      every benchmark (needs root for the test cluster); writes docs/benchmarks.md"
 
 setup:
@@ -35,7 +36,7 @@ digits: setup
 
 # --durations: the slowest tests, to keep the whole run short (CI's target is 45 minutes).
 # scripts/test-engine runs the engine's tests in groups side by side (see there).
-test: setup cluster-up browser
+test: setup docs cluster-up browser
 	$(STEP_BIN)/python -m pytest --durations=10 tests/esol
 	scripts/test-engine
 
@@ -50,6 +51,12 @@ lint: setup
 	$(STEP_BIN)/mypy examples/esol/src
 	# snakemake --lint, accepting only its request for per-rule conda envs (see the test)
 	$(BIN)/python -m pytest -q tests/test_workflow.py -k lint
+
+# The documentation site (mkdocs.yml): strict, so a broken link or anchor fails the build. The
+# reference page's config keys and commands are generated from the kit (scripts/mkdocs_hooks.py).
+# NO_MKDOCS_2_WARNING: Material prints a banner about MkDocs 2 on every build otherwise.
+docs: setup
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
 
 # Job DAG and rule graph as SVG (graphviz installed if missing).
 DAG_DIR ?= dag
@@ -74,4 +81,4 @@ cluster-down:
 	@scripts/slurm-cluster down
 
 clean:
-	rm -rf results logs .snakemake dag
+	rm -rf results logs .snakemake dag site

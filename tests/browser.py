@@ -31,6 +31,7 @@ PAGE_STATE = """JSON.stringify({
   winner: (document.querySelector('[data-sweep-winner]') || {dataset: {}}).dataset.sweepWinner || null,
   headings: [...document.querySelectorAll('h2')].map(h => h.textContent),
   text: document.body.innerText,
+  title: document.title,
 })"""
 
 
@@ -43,6 +44,7 @@ class PageView:
     winner: str | None
     headings: list[str]
     text: str
+    title: str
 
 
 def open_page(page: Path, screenshot: Path, timeout: float = 180) -> PageView:

@@ -115,7 +115,7 @@ def test_one_environment_with_engine_and_steps_runs_esol_with_python_on_path(tmp
 
 
 @pytest.mark.slow
-def test_the_readmes_install_lines_run_as_written_in_a_fresh_venv(tmp_path: Path) -> None:
+def test_the_tutorials_install_lines_run_as_written_in_a_fresh_venv(tmp_path: Path) -> None:
     """The tutorial's install block, line for line, with the kit cloned where it says (~/snakedvc)."""
     import os
     import re
@@ -123,8 +123,9 @@ def test_the_readmes_install_lines_run_as_written_in_a_fresh_venv(tmp_path: Path
     home = tmp_path / "home"
     home.mkdir()
     subprocess.run(["git", "clone", "-q", str(REPO), str(home / "snakedvc")], check=True)
-    block = re.search(r'^```bash title="install"\n(.*?)^```$', (REPO / "README.md").read_text(), re.M | re.S)
-    assert block, "the README has no install block"
+    tutorial = (REPO / "docs" / "tutorial.md").read_text()
+    block = re.search(r'^```bash title="install"\n(.*?)^```$', tutorial, re.M | re.S)
+    assert block, "the tutorial (docs/tutorial.md) has no install block"
     project = tmp_path / "project"
     project.mkdir()
     env = {key: value for key, value in os.environ.items() if key not in ("VIRTUAL_ENV", "PYTHONPATH")}

@@ -13,7 +13,7 @@ from types import SimpleNamespace
 import pytest
 
 import snakedvc
-from snakedvc.engine.tracking import TrackingError, experiment_files, run_dvc, save_experiment
+from snakedvc.engine.tracking import TrackingError, experiment_files, run_dvc, save_experiment, track
 from tests.conftest import REPO, dvc, git
 
 KIT = REPO / "src" / "snakedvc"
@@ -259,6 +259,47 @@ def test_preflight_names_outputs_dvc_would_refuse_and_the_fix(dvc_repo: Path, mo
         snakedvc.tracked(on, ["results/data/x.npz", "results/model.pt"])
 
 
+@pytest.mark.parametrize("line", ["results/", "/results/", "results"])
+def test_every_fix_the_preflight_suggests_works_when_applied(dvc_repo: Path, monkeypatch, line: str) -> None:
+    """A line that ignores the results folder itself: no '!' line after it can bring a .dvc file back
+    (the old suggestions, '/results/' or '!results/model.pt.dvc', left the same error). The fix the
+    message gives is applied as written, and `dvc add` then works."""
+    monkeypatch.chdir(dvc_repo)
+    on = {"snakedvc": {"tracking": True}}
+    outputs = ["results/model.pt", "results/features/x.npz"]
+    (dvc_repo / ".gitignore").write_text(f"*.pyc\n{line}\n")
+    with pytest.raises(snakedvc.ConfigError) as error:
+        snakedvc.tracked(on, outputs)
+    said = str(error.value)
+    replacement = re.search(r"replace that line with the three lines '([^']+)', '([^']+)' and '([^']+)'", said)
+    assert replacement, said
+    assert "'!results/model.pt.dvc'" not in said and "'/results/' for the top folder" not in said
+    (dvc_repo / ".gitignore").write_text("*.pyc\n" + "\n".join(replacement.groups()) + "\n")
+    assert snakedvc.tracked(on, outputs) == ["results/model.pt.dvc", "results/features/x.npz.dvc"]
+    for path in outputs:
+        (dvc_repo / path).parent.mkdir(parents=True, exist_ok=True)
+        (dvc_repo / path).write_bytes(b"bytes")
+    track(outputs, dvc_repo)
+    assert (dvc_repo / "results/model.pt.dvc").is_file()
+    assert git(dvc_repo, "status", "--porcelain", "--untracked-files=all").count(".dvc") == 2
+    assert "results/model.pt\n" not in git(dvc_repo, "status", "--porcelain", "--untracked-files=all")
+
+
+def test_init_leaves_dvc_files_visible_whatever_the_gitignore_held(tmp_path: Path) -> None:
+    from snakedvc.engine.init import init
+    from snakedvc.engine.workflow import preflight
+
+    repo = tmp_path / "own"
+    repo.mkdir()
+    git(repo, "init", "-q", "-b", "main")
+    (repo / ".gitignore").write_text("__pycache__/\nresults/\n")
+    init(repo)
+    text = (repo / ".gitignore").read_text()
+    assert "__pycache__/" in text.splitlines() and "results/" not in text.splitlines()
+    preflight(["results/model.pt", "results/features/x.npz"], repo)  # no ConfigError
+    assert git(repo, "check-ignore", "-n", "-v", "results/a/b.npz").startswith(".gitignore:")
+
+
 def test_flags_give_an_ordinary_argparse_script_its_hyperparameters() -> None:
     import argparse
     import shlex
@@ -310,8 +351,9 @@ def test_training_stopped_left_uncaught_exits_75_and_except_exception_does_not_s
     assert proc.returncode == 75 and "swallowed" not in proc.stdout, proc
 
 
-def test_the_public_api_is_what_the_readme_lists_capability_by_capability() -> None:
-    """``snakedvc.API``: every name and member resolves, the README's table lists the same ones, its count is right."""
+def test_the_public_api_is_what_the_docs_list_capability_by_capability() -> None:
+    """``snakedvc.API``: every name and member resolves, the docs' table (docs/reference.md, Public API) lists
+    the same ones, its count is right."""
     import importlib
     import typing
 
@@ -326,7 +368,7 @@ def test_the_public_api_is_what_the_readme_lists_capability_by_capability() -> N
                 declared = hasattr(target, member) or member in typing.get_type_hints(target)
                 assert declared, f"{capability}: {dotted} has no {member}"
             names += [attr, *members]
-    readme = (REPO / "README.md").read_text()
+    readme = (REPO / "docs" / "reference.md").read_text()
     table = readme[readme.index("| capability | names you use |") :].split("\n\n", 1)[0]
     listed = [
         name

@@ -595,7 +595,7 @@ def test_no_default_workflow_profile_ships() -> None:
 
 
 def test_site_workflow_profile_overrides_the_shipped_slurm_profile(tmp_path: Path) -> None:
-    """9.19.0: the README's recipe, `--profile profiles/slurm --workflow-profile <site folder>`, still
+    """9.19.0: the docs' recipe (docs/slurm.md, "Your cluster"), `--profile profiles/slurm --workflow-profile <site folder>`, still
     layers a site's default-resources over ours."""
     write(tmp_path / "Snakefile", MARKER)
     write(
@@ -621,7 +621,7 @@ def test_site_workflow_profile_overrides_the_shipped_slurm_profile(tmp_path: Pat
 
 def test_dry_run_with_the_slurm_profile_needs_no_slurm(tmp_path: Path) -> None:
     """9.27.0: `-n` now validates against the profile's executor, still without calling SLURM: the
-    README's dry-run promise holds (the digits example, no SLURM tool on PATH)."""
+    docs' dry-run promise (docs/slurm.md) holds (the digits example, no SLURM tool on PATH)."""
     project = Path(
         shutil.copytree(
             REPO / "examples" / "digits",

@@ -1,10 +1,10 @@
-"""The README's tutorial ("Use snakedvc in your own project"), followed as a stranger would.
+"""The tutorial (docs/tutorial.md, "Use snakedvc in your own project"), followed as a stranger would.
 
 A new project in a temporary directory: its own prepare.py and plain PyTorch train.py (written
-here, not shipped in the repository), `snakedvc init`, then the README's blocks as written
+here, not shipped in the repository), `snakedvc init`, then the tutorial's blocks as written
 (config.yaml, Snakefile, sweep.yaml) and every step of "Run it": a local run, a retrain with
 another param, 2 processes, SIGTERM and resume, a sweep, a detached run after the sweep, the
-report, and the SLURM profile on the test cluster. No step edits anything the README does not.
+report, and the SLURM profile on the test cluster. No step edits anything the tutorial does not.
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ np.savez(args.output, X_train=X[:600], y_train=y[:600], X_valid=X[600:750], y_va
 print(f"wrote {args.output}")
 '''
 
-# A plain loop with argparse flags; the lines the README's "train.py lines" block names are the kit's.
+# A plain loop with argparse flags; the lines the tutorial's "train.py lines" block names are the kit's.
 TRAIN = '''\
 """A plain PyTorch classifier, trained with an ordinary argparse command line."""
 import argparse
@@ -109,9 +109,12 @@ if __name__ == "__main__":
 '''
 
 
-def readme_blocks() -> dict[str, str]:
-    """The README's fenced blocks that carry a title (```lang title="NAME"), by title."""
-    text = (REPO / "README.md").read_text()
+TUTORIAL = REPO / "docs" / "tutorial.md"
+
+
+def tutorial_blocks() -> dict[str, str]:
+    """The tutorial page's fenced blocks that carry a title (```lang title="NAME"), by title."""
+    text = TUTORIAL.read_text()
     return dict(re.findall(r'^```\w+ title="([^"]+)"\n(.*?)^```$', text, re.MULTILINE | re.DOTALL))
 
 
@@ -132,19 +135,19 @@ def experiments(project: Path) -> dict[str, dict]:
     return shown_experiments(project)
 
 
-def test_the_readmes_train_py_lines_are_the_ones_the_tutorial_project_uses() -> None:
+def test_the_tutorials_train_py_lines_are_the_ones_the_tutorial_project_uses() -> None:
     lines = {line.strip() for line in TRAIN.splitlines()}
-    shown = [line.strip() for line in readme_blocks()["train.py lines"].splitlines() if line.strip()]
+    shown = [line.strip() for line in tutorial_blocks()["train.py lines"].splitlines() if line.strip()]
     assert shown and [line for line in shown if line not in lines] == []
-    # The README's counts of the kit's lines are what its blocks hold.
-    snakefile = readme_blocks()["Snakefile"]
+    # The tutorial's counts of the kit's lines are what its blocks hold.
+    snakefile = tutorial_blocks()["Snakefile"]
     assert sum("# kit" in line for line in snakefile.splitlines()) == 11
     assert len(shown) == 6
 
 
 @pytest.fixture(scope="module")
 def project(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    blocks = readme_blocks()
+    blocks = tutorial_blocks()
     project = tmp_path_factory.mktemp("tutorial") / "classifier"
     project.mkdir()
     git(project, "init", "-q", "-b", "main")
@@ -170,6 +173,12 @@ def test_the_tutorial_runs_locally_end_to_end(project: Path) -> None:
     assert record["metrics"]["results/metrics.json"] == first and record["params"]["train"]["lr"] == 0.1
     seen = git(project, "status", "--porcelain", "--untracked-files=all").split()
     assert [p for p in seen if p != "??"] == ["results/model.pt.dvc"], seen
+    # Step 7, as written: `git add -A` stages the outputs' .dvc files (and DVC's .gitignore files),
+    # nothing else of results/; committing them is harmless: the next run records as before.
+    staged = [line.split(" ", 1)[1].strip("'") for line in git(project, "add", "-A", "--dry-run").splitlines()]
+    assert staged and all(p.endswith(".dvc") or p.endswith("/.gitignore") for p in staged), staged
+    git(project, "add", "-A")
+    git(project, "commit", "-q", "-m", "the first run's pointers")
     fit_log = (project / "logs/fit.log").read_text()
     assert "epoch 10 loss" in fit_log  # train.py's print()s reach the log
     assert re.search(r"epoch 10: loss \d", fit_log), fit_log[-2000:]  # and resume.log's line

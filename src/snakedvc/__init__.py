@@ -76,7 +76,7 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-# What a user learns, capability by capability (the README's table lists the same; a test keeps
+# What a user learns, capability by capability (docs/reference.md's table lists the same; a test keeps
 # them equal and resolves each): a name and, for an object, the members used. Everything else
 # in __all__ and in snakedvc.torch / snakedvc.live is optional.
 API: dict[str, dict[str, tuple[str, ...]]] = {
