@@ -118,6 +118,7 @@ def test_two_runs_are_two_experiments_and_restore_is_exact(tmp_path: Path) -> No
     for ref in named:
         committed = git(repo, "ls-tree", "-r", "--name-only", ref).split()
         assert not [f for f in committed if f.startswith(".dvc/tmp")], ref
+        assert not [f for f in committed if f.endswith(".snakemake_timestamp")], ref  # Snakemake's, not the run's
         assert "results/model/model.pt.dvc" in committed and "results/metrics.json" in committed
         assert "results/model/live/plots/metrics/valid_rmse.tsv" in committed  # dvclive's folder
     # dvc reads dvclive's files with dvc.yaml alone: the summary in exp show, the curves in plots diff.

@@ -299,6 +299,10 @@ def _git(root: Path | str, *args: str, env: dict[str, str] | None = None, stdin:
     return proc.stdout.strip()
 
 
+# Snakemake's marker in a directory() output: its bookkeeping, not a result of the run.
+SNAKEMAKE_STAMP = ".snakemake_timestamp"
+
+
 def trim_experiment(name: str, keep: Sequence[str], records: Sequence[str], root: Path | str = ".") -> list[str]:
     """Rewrite an experiment's commit to hold only its own run's results; returns the paths left out.
 
@@ -314,7 +318,12 @@ def trim_experiment(name: str, keep: Sequence[str], records: Sequence[str], root
         raise TrackingError(f"experiment {name!r} was saved but no ref refs/exps/.../{name} exists")
     old = _git(root, "rev-parse", ref)
     listed = _git(root, "ls-tree", "-r", "-z", "--name-only", old).split("\0")
-    dropped = [p for p in listed if p and (within(p, [".dvc/tmp"]) or (within(p, records) and not within(p, keep)))]
+    dropped = [
+        p
+        for p in listed
+        if p
+        and (within(p, [".dvc/tmp"]) or Path(p).name == SNAKEMAKE_STAMP or (within(p, records) and not within(p, keep)))
+    ]
     if not dropped:
         return []
     with tempfile.TemporaryDirectory() as scratch:
@@ -339,7 +348,7 @@ def trim_experiment(name: str, keep: Sequence[str], records: Sequence[str], root
     log.info(
         "experiment %s: left out what other runs wrote: %s",
         name,
-        ", ".join(p for p in dropped if not within(p, [".dvc/tmp"])) or "nothing",
+        ", ".join(p for p in dropped if not within(p, [".dvc/tmp"]) and Path(p).name != SNAKEMAKE_STAMP) or "nothing",
     )
     return dropped
 
