@@ -71,6 +71,7 @@ def train(argv: list[str]) -> list[float]:
             for step, batch in resume.steps(order.split(BATCH), epoch):
                 mine = batch[ctx.rank :: ctx.world_size]
                 loss = ((net(X[mine]).squeeze(-1) - y[mine]) ** 2).mean()
+                resume.add(loss=loss.item() * len(mine), samples=len(mine))  # this epoch's running sums
                 optimizer.zero_grad()
                 loss.backward()
                 optimizer.step()
@@ -83,8 +84,10 @@ def train(argv: list[str]) -> list[float]:
             model.eval()
             with torch.no_grad():
                 history.append(float(((model(X).squeeze(-1) - y) ** 2).mean()))
+            # The epoch's mean training loss: a resumed epoch continues the sums of the steps before the stop.
+            history.append(resume.sums["loss"] / resume.sums["samples"])
             if ctx.is_main:
-                print(f"epoch {epoch} loss {history[-1]:.6f}", flush=True)
+                print(f"epoch {epoch} loss {history[-2]:.6f}", flush=True)
             resume.save()
         resume.finish()
         # -- end of the helper --
@@ -195,7 +198,7 @@ def test_checkpoint_of_other_params_is_never_used(data, uninterrupted, tmp_path:
 def test_continue_from_a_final_state_equals_training_straight_through(data, tmp_path: Path, caplog) -> None:
     straight = run(data, tmp_path / "straight", "--epochs", "6")
     short = run(data, tmp_path / "short", "--epochs", "3", "--final-state", str(tmp_path / "state.pt"))
-    assert len(short[0]) == 3 and checkpoints(tmp_path / "short") == []
+    assert len(short[0]) == 2 * 3 and checkpoints(tmp_path / "short") == []
     with caplog.at_level(logging.INFO, logger="snakedvc"):
         longer = run(data, tmp_path / "longer", "--epochs", "6", "--continue-from", str(tmp_path / "state.pt"))
     assert f"continuing from epoch 3: the final state of an earlier run, {tmp_path / 'state.pt'}" in caplog.text

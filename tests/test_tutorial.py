@@ -92,8 +92,10 @@ def main():
             optimizer.zero_grad()
             loss.backward()
             optimizer.step()
-        print(f"epoch {epoch} loss {loss.item():.4f}", flush=True)
-        resume.log(loss=loss.item())
+            resume.add(loss=loss.item() * len(batch), samples=len(batch))
+        mean = resume.sums["loss"] / resume.sums["samples"]
+        print(f"epoch {epoch} loss {mean:.4f}", flush=True)
+        resume.log(loss=mean)
     resume.finish()
     if rank == 0:
         with torch.no_grad():
@@ -142,7 +144,7 @@ def test_the_tutorials_train_py_lines_are_the_ones_the_tutorial_project_uses() -
     # The tutorial's counts of the kit's lines are what its blocks hold.
     snakefile = tutorial_blocks()["Snakefile"]
     assert sum("# kit" in line for line in snakefile.splitlines()) == 11
-    assert len(shown) == 6
+    assert len(shown) == 8
 
 
 @pytest.fixture(scope="module")

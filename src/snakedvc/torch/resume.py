@@ -64,6 +64,7 @@ T = TypeVar("T")
 # Keys of a checkpoint that are the helper's own; the user's extra state takes any others.
 RESERVED = frozenset({"format", "key", "epoch", "step", "model", "optimizer", "rng", "rng_ranks", "reason", "path"})
 METRICS_KEY = "epoch_metrics"  # the rows of Resumable.log, restored with the checkpoint
+SUMS_KEY = "epoch_sums_ranks"  # each rank's Resumable.sums at the checkpoint's step
 
 
 class Stop(Protocol):
@@ -149,6 +150,9 @@ class Resumable:
         else:
             self._metrics = EpochLog(".", main=False)  # rows only
         self.start: Start | None = None  # where ``load`` started: epoch, step, the user's extra state
+        # What the loop adds up inside an epoch (``add``): kept in a mid-epoch checkpoint and restored
+        # with it, so a resumed epoch's loss sum and sample count are the uninterrupted run's.
+        self.sums: dict[str, float] = {}
 
     @classmethod
     def from_args(
@@ -182,6 +186,13 @@ class Resumable:
             self._epoch = epoch
             yield epoch
             self.save()
+
+    def add(self, **values: float) -> None:
+        """Add to this epoch's sums (``resume.add(loss=loss.item() * n, samples=n)`` in the step loop;
+        ``resume.sums["loss"] / resume.sums["samples"]`` after it). ``steps`` starts each epoch at
+        zero; a checkpoint taken mid-epoch keeps the sums, and the resumed epoch continues them."""
+        for name, value in values.items():
+            self.sums[name] = self.sums.get(name, 0.0) + float(value)
 
     def log(self, **metrics: float) -> None:
         """The current epoch's metrics (every rank calls it; rank 0's are written): a line in the
@@ -218,6 +229,9 @@ class Resumable:
         try:
             self.start = self._restore(self._model, optimizer, first_epoch)
             self._metrics.restore(self.start.extra.pop(METRICS_KEY, []))
+            sums = self.start.extra.pop(SUMS_KEY, None)
+            if sums and self.start.step > 0:
+                self.sums = dict(sums[self.ctx.rank] if len(sums) == self.ctx.world_size else sums[0])
             return self.start
         except BaseException:  # a checkpoint that does not fit the model: no lease left behind
             self._release_lease()
@@ -256,6 +270,8 @@ class Resumable:
         skip = self._skip[1] if self._skip and self._skip[0] == epoch else 0
         self._skip = None
         self._epoch = epoch
+        if skip == 0:
+            self.sums = {}  # a new epoch; a resumed one keeps what the checkpoint's steps added
         first = 0
         if skip and hasattr(batches, "starting_at"):
             # Batches that can start at a step (snakedvc.torch.ShardedRows's) read none before it.
@@ -358,7 +374,7 @@ class Resumable:
         if self._model is None:
             raise RuntimeError("call Resumable.load(model, ...) before saving: it says what a checkpoint holds")
         extra = self._extra() if self._extra else {}
-        clash = (RESERVED | {METRICS_KEY}) & extra.keys()
+        clash = (RESERVED | {METRICS_KEY, SUMS_KEY}) & extra.keys()
         if clash:
             raise ValueError(f"extra state may not use the checkpoint's own keys: {', '.join(sorted(clash))}")
         rng = rng_state()
@@ -373,6 +389,8 @@ class Resumable:
         }
         if self._metrics.rows:
             state[METRICS_KEY] = list(self._metrics.rows)
+        if step > 0:  # mid-epoch: what the loop has added up so far travels with the position
+            state[SUMS_KEY] = all_gather(dict(self.sums), self.ctx) if self.ctx.distributed else [dict(self.sums)]
         if self.ctx.distributed:
             state["rng_ranks"] = all_gather(rng, self.ctx)
         return state
