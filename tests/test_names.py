@@ -102,3 +102,15 @@ def test_submit_refuses_an_experiment_name_in_use(project: Path) -> None:
     assert "snakedvc submit --replace" in proc.stderr
     assert time.time() - started < 30
     assert not (project / ".snakedvc/runs").exists() or not list((project / ".snakedvc/runs").iterdir())
+
+
+def test_the_record_says_when_the_run_started_not_when_its_end_began(project: Path) -> None:
+    """The report's header times come from the record: started was the moment the end-of-run hook
+    loaded the records module (the issue saw 16:20:39 for a run begun at 16:20:21)."""
+    import json
+
+    before = time.time()
+    run_snakemake(project, *named("timed"), "pause=4")
+    record = json.loads((project / ".snakedvc/last-run.json").read_text())
+    assert before <= record["started"] < before + 3, (before, record["started"])
+    assert record["finished"] - record["started"] >= 4

@@ -33,8 +33,14 @@ import yaml
 from snakedvc.io import atomic_path
 
 RECORD_FILE = Path(".snakedvc") / "last-run.json"
-# A Snakefile imports the kit first thing: when this module loads, the run has started.
-STARTED = time.time()
+# When the run started: set by snakedvc.configure, which a Snakefile calls as it is read (this module
+# may load only at the end of the run, in the end-of-run hook); its load time otherwise.
+_started = {"at": time.time()}
+
+
+def mark_started(at: float | None = None) -> None:
+    """The run starts now (its Snakefile is being read): the record's and the report's start time."""
+    _started["at"] = time.time() if at is None else at
 
 
 def dvc_yaml_entries(root: Path | str) -> dict[str, list[Any]]:
@@ -98,7 +104,7 @@ def write_record(root: Path | str, record: dict[str, Any]) -> Path:
     base = Path(root)
     ignore_kit_folder(base)
     head = subprocess.run(["git", "rev-parse", "--verify", "-q", "HEAD"], cwd=base, capture_output=True, text=True)
-    record = {"started": STARTED, "finished": time.time(), "commit": head.stdout.strip(), **record}
+    record = {"started": _started["at"], "finished": time.time(), "commit": head.stdout.strip(), **record}
     target = base / RECORD_FILE
     target.parent.mkdir(parents=True, exist_ok=True)
     with atomic_path(target) as tmp:

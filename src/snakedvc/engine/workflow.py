@@ -29,6 +29,7 @@ from snakedvc.engine.names import (
     claim_name,
     validate_experiment_name,
 )
+from snakedvc.engine.records import mark_started
 from snakedvc.engine.settings import Settings
 
 MODULES = ("kit", "tracking", "sweep")
@@ -69,6 +70,8 @@ def configure(config: dict[str, Any], workflow: Any = None) -> Settings:
     A bad key or type raises ConfigError naming it. Also puts this interpreter's bin
     folder first on PATH, so rules calling `snakedvc` or `python` use this environment.
     """
+    if getattr(workflow, "is_main_process", False):
+        mark_started()
     overrides = typed_overrides(workflow)
     if overrides:
         _merge(config, overrides)
