@@ -55,6 +55,9 @@ def test_a_name_in_use_is_refused_before_any_job_and_replaced_only_when_asked(pr
     assert "snakedvc={experiment: {replace: true}}" in said
     assert not (project / "out/model.txt").exists()  # no job ran
     assert lr_of(project, "pavid-nark") == 0.01  # the record is intact
+    # What runs no job saves nothing, and is not refused: a dry run, the DAG (snakedvc report draws it).
+    for reading in (["-n"], ["--dag"], ["-np"]):
+        assert run_snakemake(project, *named("pavid-nark"), *reading, check=False).returncode == 0, reading
     run_snakemake(project, *named("pavid-nark", ", replace: true"))
     assert lr_of(project, "pavid-nark") == 0.02
     assert len(dvc_experiments(project)) == 1

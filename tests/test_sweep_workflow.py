@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
 from pathlib import Path
 
 import pandas as pd
@@ -13,7 +12,7 @@ import yaml
 
 from snakedvc.engine.config import load_schema, validate_config
 from snakedvc.engine.sweep.plan import schedule, total_epochs
-from tests.conftest import REPO, SCHEMA, dvc, dvc_experiments, dvc_project, md5, run_snakemake, slurm_jobs_by_rule
+from tests.conftest import SCHEMA, dvc, dvc_experiments, dvc_project, md5, run_snakemake, slurm_jobs_by_rule
 from tests.test_slurm import wait_for_sacct
 
 # 8 trials, eta 2: rungs of 1, 2, 4 epochs with 8, 4, 2 trials; 16 epochs in all (full grid: 32).
@@ -52,7 +51,7 @@ def epoch_lines(log: str) -> list[int]:
 
 
 def test_dry_run_shows_the_first_rung_trials_before_anything_runs(project: Path) -> None:
-    shutil.copytree(REPO / "sweeps", project / "sweeps")
+    assert (project / "sweeps/esol.yaml").is_file()  # the clone has the repository's sweeps
     proc = run_snakemake(project, "-n", "--configfile", "sweeps/esol.yaml")
     out = proc.stdout + proc.stderr
     trained = re.findall(r"rule sweep_trial:\n(?:.*\n)*?\s+output: results/sweeps/esol/trials/(t\d{3})/rung(\d+)/", out)
@@ -61,7 +60,6 @@ def test_dry_run_shows_the_first_rung_trials_before_anything_runs(project: Path)
 
 
 def test_esol_sweep_turns_asha_with_one_line_and_its_dry_run_shows_each_slots_first_step(project: Path) -> None:
-    shutil.copytree(REPO / "sweeps", project / "sweeps")
     text = (project / "sweeps/esol.yaml").read_text()
     assert text.count("strategy: successive_halving") == 1
     (project / "sweeps/esol.yaml").write_text(text.replace("strategy: successive_halving", "strategy: asha"))

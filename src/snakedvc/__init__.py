@@ -48,8 +48,8 @@ from snakedvc.progressbar import progress
 
 if TYPE_CHECKING:
     from snakedvc.engine.config import validate_config
+    from snakedvc.engine.finish import finish_run
     from snakedvc.engine.sweep import plan as sweep_plan
-    from snakedvc.engine.tracking import finish_run
     from snakedvc.engine.workflow import configure, flags, module_path, targets, tracked, training_resources
 
 # The host side's names, imported on first use: a step (`from snakedvc import atomic_path`) in a
@@ -57,7 +57,7 @@ if TYPE_CHECKING:
 _HOST = {
     "validate_config": ("config", "validate_config"),
     "sweep_plan": ("sweep", "plan"),
-    "finish_run": ("tracking", "finish_run"),
+    "finish_run": ("finish", "finish_run"),
     "configure": ("workflow", "configure"),
     "flags": ("workflow", "flags"),
     "module_path": ("workflow", "module_path"),

@@ -17,6 +17,8 @@ from pathlib import Path
 # whether it may replace an experiment of that name (snakedvc submit --replace).
 EXPERIMENT_NAME_ENV = "SNAKEDVC_EXPERIMENT_NAME"
 EXPERIMENT_REPLACE_ENV = "SNAKEDVC_EXPERIMENT_REPLACE"
+# Set where a Snakemake run is no run of the user's (snakedvc restore's touch): no experiment is saved.
+SKIP_SAVE_ENV = "SNAKEDVC_SKIP_EXP_SAVE"
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
 

@@ -15,10 +15,8 @@ on each rule's outputs and renders them in a JavaScript app).
 
 from __future__ import annotations
 
-import base64
 import datetime as dt
 import html
-import io
 import json
 import re
 import shutil
@@ -33,10 +31,11 @@ from typing import Any
 import yaml
 
 from snakedvc import slurm
+from snakedvc.engine.page import cell, curves_png, figure, read_curves, table
 from snakedvc.engine.records import dvc_yaml_entries, read_record, within
 from snakedvc.engine.runs.state import submitted_slurm_jobs
 from snakedvc.io import atomic_path
-from snakedvc.live import PLOTS_DIR, find_logs
+from snakedvc.live import find_logs
 from snakedvc.slurm import ACTIVE_STATES
 
 # Accounting hears of a job's end a moment after Snakemake does (snakedvc-slurm sees the exit code
@@ -84,57 +83,6 @@ def plot_image_paths(entries: Iterable[Any]) -> list[str]:
         if Path(name).suffix.lower() in IMAGE_TYPES:
             found.append(name)
     return found
-
-
-def read_curves(folder: Path) -> dict[str, list[tuple[float, float]]]:
-    """A dvclive folder's per-step metrics: name -> [(step, value)]."""
-    curves = {}
-    for tsv in sorted((folder / PLOTS_DIR).rglob("*.tsv")):
-        lines = tsv.read_text().splitlines()
-        if not lines:
-            continue
-        header = lines[0].split("\t")
-        name = str(tsv.relative_to(folder / PLOTS_DIR).with_suffix(""))
-        step, value = header.index("step"), len(header) - 1
-        points = []
-        for line in lines[1:]:
-            cells = line.split("\t")
-            try:
-                points.append((float(cells[step]), float(cells[value])))
-            except (ValueError, IndexError):
-                continue
-        curves[name] = points
-    return curves
-
-
-def curves_png(series: dict[str, dict[str, list[tuple[float, float]]]], title: str, highlight: str = "") -> bytes:
-    """One panel per metric; each panel a line per series (a run, or a sweep's trials)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    names = sorted({name for curves in series.values() for name in curves})
-    fig, axes = plt.subplots(1, len(names), figsize=(4.2 * len(names), 3.2), squeeze=False)
-    for ax, name in zip(axes[0], names, strict=True):
-        for label, curves in sorted(series.items()):
-            points = curves.get(name) or []
-            if not points:
-                continue
-            xs, ys = zip(*points, strict=True)
-            bold = label == highlight
-            ax.plot(xs, ys, label=label, linewidth=2.4 if bold else 1.2, alpha=1.0 if bold or not highlight else 0.55)
-        ax.set_title(name)
-        ax.set_xlabel("epoch")
-        ax.grid(alpha=0.3)
-    if len(series) > 1:
-        axes[0][-1].legend(fontsize=7, loc="best")
-    fig.suptitle(title)
-    fig.tight_layout()
-    buffer = io.BytesIO()
-    fig.savefig(buffer, format="png", dpi=90)
-    plt.close(fig)
-    return buffer.getvalue()
 
 
 _JOB_BLOCK = re.compile(
@@ -494,31 +442,6 @@ def _latest_snakemake_log(root: Path) -> str:
     return ""
 
 
-def _figure(data: bytes, mime: str, caption: str) -> str:
-    encoded = base64.b64encode(data).decode()
-    alt = html.escape(caption)
-    return f'<figure><img src="data:{mime};base64,{encoded}" alt="{alt}"><figcaption>{alt}</figcaption></figure>'
-
-
-def _cell(value: Any) -> str:
-    if isinstance(value, float):
-        return f"{value:.6g}"
-    return html.escape(str(value))
-
-
-def _table(rows: Sequence[dict[str, Any]], highlight: tuple[str, str] = ("", "")) -> str:
-    if not rows:
-        return "<p>(none)</p>"
-    keys = list(dict.fromkeys(k for row in rows for k in row))
-    head = "".join(f"<th>{html.escape(str(k))}</th>" for k in keys)
-    body = []
-    for row in rows:
-        marked = highlight[0] and str(row.get(highlight[0])) == highlight[1]
-        cells = "".join(f"<td>{_cell(row.get(k, ''))}</td>" for k in keys)
-        body.append(f'<tr class="best">{cells}</tr>' if marked else f"<tr>{cells}</tr>")
-    return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
-
-
 STYLE = """
 body{font-family:system-ui,sans-serif;margin:2em auto;max-width:1200px;color:#222;padding:0 1em}
 h1{margin-bottom:.2em} .meta{color:#666} table{border-collapse:collapse;margin:.5em 0 1.5em}
@@ -549,7 +472,7 @@ def render(report: Report) -> str:
         parts.append("<p>(no metrics file of dvc.yaml was found)</p>")
     for name, values in report.metrics.items():
         rows = "".join(
-            f'<tr><td>{html.escape(k)}</td><td data-metric="{html.escape(name)}:{html.escape(k)}">{_cell(v)}</td></tr>'
+            f'<tr><td>{html.escape(k)}</td><td data-metric="{html.escape(name)}:{html.escape(k)}">{cell(v)}</td></tr>'
             for k, v in values.items()
         )
         parts.append(f"<h3>{html.escape(name)}</h3><table><tbody>{rows}</tbody></table>")
@@ -557,9 +480,9 @@ def render(report: Report) -> str:
         parts.append(report.sweep)
     parts.append('<h2 id="curves">Training curves</h2>')
     none = "<p>(none: the sweep's trials are drawn above)</p>" if report.sweep else "<p>(none)</p>"
-    parts += [_figure(png, "image/png", f"dvclive: {caption}") for caption, png in report.curves] or [none]
+    parts += [figure(png, "image/png", f"dvclive: {caption}") for caption, png in report.curves] or [none]
     parts.append('<h2 id="plots">Plots</h2>')
-    parts += [_figure(data, mime, name) for name, mime, data in report.images] or ["<p>(none)</p>"]
+    parts += [figure(data, mime, name) for name, mime, data in report.images] or ["<p>(none)</p>"]
     parts.append('<h2 id="dag">Job DAG</h2>')
     parts.append(
         (
@@ -570,12 +493,12 @@ def render(report: Report) -> str:
         else f"<p>{html.escape(report.dag_note)}</p>"
     )
     parts.append(f'<h2 id="resources">Resources used</h2><p class="meta">From {html.escape(report.jobs_source)}.</p>')
-    parts.append(_table(report.jobs))
+    parts.append(table(report.jobs))
     if report.params:
         param_rows = [{"param": k, "value": v} for k, v in report.params.items()]
-        table = _table(param_rows)
+        shown = table(param_rows)
         parts.append(
-            f'<h2 id="params">Params</h2><details><summary>{len(param_rows)} values</summary>{table}</details>'
+            f'<h2 id="params">Params</h2><details><summary>{len(param_rows)} values</summary>{shown}</details>'
         )
     parts.append("</body></html>")
     return "\n".join(parts) + "\n"

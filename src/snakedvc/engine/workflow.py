@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import copy
 import os
+import re
 import shlex
 import shutil
 import subprocess
+import sys
 from collections.abc import Iterable, Mapping, Sequence
 from importlib import resources
 from pathlib import Path, PurePosixPath
@@ -24,6 +26,7 @@ from snakedvc.engine.names import (
     EXPERIMENT_NAME_ENV,
     EXPERIMENT_REPLACE_ENV,
     REPLACE_HINT,
+    SKIP_SAVE_ENV,
     NameTaken,
     check_name_is_free,
     claim_name,
@@ -85,8 +88,8 @@ def configure(config: dict[str, Any], workflow: Any = None) -> Settings:
             validate_experiment_name(f"{kit.sweep.name}-t000", "sweep.name (its trials' experiments)")
     except (ConfigError, ValueError) as error:
         raise ConfigError(f"{KEY}: {error}") from None
-    if getattr(workflow, "is_main_process", False):
-        _check_names(kit, dry_run=bool(getattr(workflow, "dryrun", False)))
+    if getattr(workflow, "is_main_process", False) and _runs_and_saves(workflow):
+        _check_names(kit)
     user = {key: value for key, value in config.items() if key != KEY}
     if kit.schema:
         user = validate_config(user, load_schema(kit.schema))
@@ -99,7 +102,28 @@ def configure(config: dict[str, Any], workflow: Any = None) -> Settings:
     return kit
 
 
-def _check_names(kit: Settings, dry_run: bool) -> None:
+# Snakemake's options that run no job (a dry run, a drawing, a listing, a touch, an unlock): such a
+# reading of the Snakefile saves no experiment, so a name in use is no reason to refuse it.
+NO_RUN_OPTIONS = frozenset({
+    "-n", "--dry-run", "--dryrun", "--dag", "--rulegraph", "--filegraph", "--d3dag", "--summary", "-S",
+    "--detailed-summary", "-D", "--list", "-l", "--list-target-rules", "--lt", "--lint", "--unlock", "--touch", "-t",
+    "--list-changes", "--lc", "--report", "--cleanup-metadata", "--cm", "--delete-all-output",
+    "--delete-temp-output", "--archive", "--containerize", "--export-cwl", "--print-compilation",
+})  # fmt: skip
+
+
+def _runs_and_saves(workflow: Any) -> bool:
+    """Whether this invocation runs jobs and may save an experiment (Snakemake says so only once it
+    executes, after the Snakefile is read: its command line says so now)."""
+    if os.environ.get(SKIP_SAVE_ENV) == "1" or getattr(workflow, "dryrun", False):
+        return False
+    words = {word.split("=", 1)[0] for word in sys.argv[1:]}
+    # Short options run together ("-np") hold -n too.
+    together = {word for word in words if re.fullmatch(r"-[A-Za-z]{2,}", word) and "n" in word}
+    return not (words & NO_RUN_OPTIONS or together)
+
+
+def _check_names(kit: Settings) -> None:
     """Before any job, on the submit host: the run's experiment name (a submitted run's comes from its
     controller) is no existing experiment's, unless replace is asked, nor another live run's; a real run
     claims it. A sweep: no experiment of its trials' names exists."""
@@ -115,8 +139,7 @@ def _check_names(kit: Settings, dry_run: bool) -> None:
                 )
         elif name:
             check_name_is_free(name, ".", replace)
-            if not dry_run:
-                claim_name(name)
+            claim_name(name)
     except NameTaken as error:
         raise ConfigError(f"{KEY}: {error}") from None
 

@@ -129,6 +129,17 @@ def new_run_id(now: float | None = None) -> str:
     return f"{stamp}-{secrets.token_hex(2)}"
 
 
+def check_run_name(name: str, root: Path, replace: bool) -> None:
+    """A run's name: no active run's, and no experiment's unless ``replace`` (names never overwrite)."""
+    taken = [r.id for r in list_runs(root) if r.name == name and r.state not in FINISHED_STATES]
+    if taken:
+        raise RunError(f"run name {name!r} is in use by active run {taken[0]}: choose another --name")
+    try:
+        check_name_is_free(name, root, replace, how="replace it on purpose with snakedvc submit --replace")
+    except NameTaken as error:
+        raise RunError(str(error)) from None
+
+
 def submit(
     profile: str,
     snakemake_args: Sequence[str] = (),
@@ -145,13 +156,7 @@ def submit(
     baseline = head_commit(root)
     run_id = new_run_id()
     name = validate_experiment_name(name) if name else run_id
-    taken = [r.id for r in list_runs(root) if r.name == name and r.state not in FINISHED_STATES]
-    if taken:
-        raise RunError(f"run name {name!r} is in use by active run {taken[0]}: choose another --name")
-    try:
-        check_name_is_free(name, root, replace, how="replace it on purpose with snakedvc submit --replace")
-    except NameTaken as error:
-        raise RunError(str(error)) from None
+    check_run_name(name, root, replace)
     folder = profile_dir(root, profile)
     on_slurm = profile_is_slurm(folder)
     job = controller_settings(folder) if on_slurm else None  # bad settings fail here, before anything is made

@@ -177,7 +177,7 @@ def html_section(report_dir: Path) -> str:
     """Rungs, every trial's curves (the winner bold), the summary table with the winner marked."""
     import pandas as pd
 
-    from snakedvc.engine.report import _figure, _table, curves_png, read_curves
+    from snakedvc.engine.page import curves_png, figure, read_curves, table
 
     summary = pd.read_csv(report_dir / "summary.csv")
     plan = json.loads((report_dir / "plan.json").read_text())
@@ -192,15 +192,15 @@ def html_section(report_dir: Path) -> str:
         f"{len(summary)} trials, metric {html.escape(str(plan.get('metric', '')))} "
         f"({html.escape(str(plan.get('direction', '')))}), {html.escape(epochs_note(plan))}.</p>"
     )
-    parts.append(_table(summary.to_dict("records"), highlight=("trial", winner)))
+    parts.append(table(summary.to_dict("records"), highlight=("trial", winner)))
     rungs = report_dir / "rungs.png"
     if rungs.is_file():
-        parts.append(_figure(rungs.read_bytes(), "image/png", "Rungs: each trial's metric per rung"))
+        parts.append(figure(rungs.read_bytes(), "image/png", "Rungs: each trial's metric per rung"))
     timeline = report_dir / "timeline.png"
     if timeline.is_file():
         caption = "Promotion timeline: which trial-rung ran in which slot when (decisions.jsonl has every decision)"
-        parts.append(_figure(timeline.read_bytes(), "image/png", caption))
+        parts.append(figure(timeline.read_bytes(), "image/png", caption))
     if series:
         png = curves_png(series, "Every trial's curves (winner bold)", highlight=winner)
-        parts.append(_figure(png, "image/png", "Every trial's curves"))
+        parts.append(figure(png, "image/png", "Every trial's curves"))
     return "\n".join(parts)
