@@ -193,6 +193,10 @@ def test_sweep_halves_continues_and_records_every_trial(tmp_path: Path) -> None:
         assert exp["params"]["train"]["epochs"] == summary.loc[trial["trial"], "epochs"] == exp["metrics"]["epochs"]
         assert exp["metrics"]["valid_accuracy"] == pytest.approx(summary.loc[trial["trial"], "valid_accuracy"])
         assert exp["metrics"]["best"] == int(trial["trial"] == best)
+        # Every metric the trial wrote, at the rung it reached (the others showed `!` in dvc exp show).
+        rung = summary.loc[trial["trial"], "rung"]
+        wrote = json.loads((sweep / f"trials/{trial['trial']}/rung{rung}/metrics.json").read_text())
+        assert exp["metrics"]["test_accuracy"] == wrote["test_accuracy"]
     assert (sweep / "report.dvc").is_file()
     # A trial's dvclive folder holds all its epochs: those of earlier rungs came with the state it continued from.
     curve = pd.read_csv(sweep / f"trials/{best}/rung2/live/plots/metrics/valid_accuracy.tsv", sep="\t")

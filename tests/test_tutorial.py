@@ -218,6 +218,8 @@ def test_the_tutorial_runs_locally_end_to_end(project: Path) -> None:
     assert len(trials) == 4
     for trial in trials.values():
         assert trial["metrics"]["results/metrics.json"] is None and trial["metrics"]["results/trial.json"]
+        # Every metric the trial wrote, not only the ranked one (the others showed `!` in dvc exp show).
+        assert {"valid_accuracy", "test_accuracy", "rung", "best"} <= set(trial["metrics"]["results/trial.json"])
     # Rung 1 (4 epochs) continued each survivor from its rung-0 state (2 epochs): launch handed it on.
     later = sorted((project / "logs/sweeps/first").glob("*/rung1/train.log"))
     assert len(later) == 2 and all("continuing from epoch 3" in text_of(p) for p in later), [text_of(p) for p in later]

@@ -50,7 +50,9 @@ def save_trials(config: dict[str, Any], root: Path | str = ".") -> list[str]:
     saved = []
     for row in done.to_dict("records"):  # records: a metric's name need not be an identifier
         trial, rung = str(row["trial"]), int(row["rung"])
-        results: dict[str, Any] = {settings.metric: float(row[settings.metric]), "rung": rung,
+        # Every metric the trial wrote at the rung it reached, then the sweep's own figures.
+        results: dict[str, Any] = {**_written(base / sweep._path(trial, rung, settings.metrics_file)),
+                                   settings.metric: float(row[settings.metric]), "rung": rung,
                                    "epochs": int(row["epochs"]), "best": int(bool(row["best"]))}  # fmt: skip
         if row["best"] and final:
             results["final"] = final
@@ -72,3 +74,12 @@ def save_trials(config: dict[str, Any], root: Path | str = ".") -> list[str]:
     trial_metrics.unlink(missing_ok=True)
     log.info("sweep %s: %d trial experiments saved", sweep.name, len(saved))
     return saved
+
+
+def _written(path: Path) -> dict[str, Any]:
+    """The metrics a trial wrote (its metrics file, a JSON object), or none where it wrote no object."""
+    try:
+        found = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    return found if isinstance(found, dict) else {}
