@@ -166,7 +166,9 @@ def folder_files(folder: Path) -> dict[str, bytes]:
     return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
 
 
-def dvc_experiments(repo: Path, metrics_file: str = "results/metrics.json") -> dict[str, dict]:
+def dvc_experiments(
+    repo: Path, metrics_file: str = "results/metrics.json", params_file: str = "results/params.yaml"
+) -> dict[str, dict]:
     """name -> {'params': ..., 'metrics': ...} for every experiment `dvc exp show --json` lists."""
     import json
 
@@ -177,7 +179,7 @@ def dvc_experiments(repo: Path, metrics_file: str = "results/metrics.json") -> d
             rev = exp["revs"][0]
             data = rev["data"]
             found[exp.get("name") or rev.get("name")] = {
-                "params": data["params"]["results/params.yaml"]["data"],
+                "params": data["params"][params_file]["data"],
                 "metrics": (data["metrics"].get(metrics_file) or {}).get("data", {}),
             }
     return found

@@ -9,6 +9,7 @@ import re
 import shutil
 import signal
 import subprocess
+import sys
 from pathlib import Path
 
 import pandas as pd
@@ -259,3 +260,34 @@ def test_sigterm_checkpoints_exits_75_and_the_rerun_resumes_bit_identically(tmp_
     # dvclive's folder too: the epochs before the checkpoint came back from it, none twice.
     assert folder_files(project / "results/live") == folder_files(reference / "results/live")
     assert not list(project.glob(".checkpoints/*/*.pt"))  # removed once training finished
+
+
+@pytest.mark.slow
+def test_run_in_a_subfolder_of_a_dvc_repository_is_recorded_there(tmp_path: Path) -> None:
+    """A clone of this repository, the example's README as written: `cd examples/digits && snakemake
+    --profile ../../profiles/local`. It recorded nothing, silently (the kit looked for .dvc/ in the
+    workflow's own folder); DVC and git find their root upward."""
+    from tests.conftest import dvc_experiments, dvc_project
+
+    repo = dvc_project(tmp_path / "repo", tmp_path / "remote")
+    digits = repo / "examples" / "digits"
+    proc = run_snakemake(
+        digits,
+        "--profile",
+        "../../profiles/local",
+        "--config",
+        "train={epochs: 2}",
+        "snakedvc={experiment: {name: sub}}",
+    )
+    assert "snakedvc: saved experiment sub" in proc.stderr
+    shown = dvc_experiments(repo, "examples/digits/results/metrics.json", "examples/digits/results/params.yaml")
+    assert shown["sub"]["params"]["train"]["epochs"] == 2  # paths as DVC gives them, from the top
+    ref = next(r for r in git(repo, "for-each-ref", "--format=%(refname)", "refs/exps").split() if r.endswith("/sub"))
+    committed = git(repo, "ls-tree", "-r", "--name-only", ref).split()
+    assert "examples/digits/results/model.pt.dvc" in committed and "examples/digits/results/metrics.json" in committed
+    assert not [p for p in committed if p.endswith(".snakemake_timestamp") or p.startswith(".dvc/tmp")]
+    # Restored from the repository's top or from the folder: the model's bytes come back.
+    model = (digits / "results/model.pt").read_bytes()
+    (digits / "results/model.pt").unlink()
+    subprocess.run([sys.executable, "-m", "snakedvc", "restore", "sub"], cwd=digits, check=True)
+    assert (digits / "results/model.pt").read_bytes() == model

@@ -60,7 +60,7 @@ def finish_run(config: dict[str, Any], workflow: Any = None, root: Path | str = 
     elif not is_dvc_repo(root):
         saved = []
         say(
-            f"run not recorded: {Path(root).resolve()} is not a DVC repository (no .dvc/): `dvc init` there to record runs"
+            f"run not recorded: {Path(root).resolve()} is in no DVC repository (no .dvc/ there or above): `dvc init` at the top of the git repository to record runs"
         )
     else:
         saved = save_trials(config, root) if sweep else [save_experiment(config, own, root=root)]

@@ -43,6 +43,23 @@ def mark_started(at: float | None = None) -> None:
     _started["at"] = time.time() if at is None else at
 
 
+def dvc_root(start: Path | str = ".") -> Path | None:
+    """The DVC repository ``start`` lies in: the nearest folder at or above it with a ``.dvc`` folder,
+    as `dvc` finds its root (a workflow in a subfolder of a monorepo is recorded there). None outside one."""
+    here = Path(start).resolve()
+    for folder in (here, *here.parents):
+        if (folder / ".dvc").is_dir():
+            return folder
+    return None
+
+
+def git_prefix(root: Path | str = ".") -> str:
+    """``root``'s path inside its git repository ('' at the top, else 'sub/dir/'): git's own paths
+    (status, ls-tree, diff) are relative to the top, the workflow's to its folder."""
+    proc = subprocess.run(["git", "rev-parse", "--show-prefix"], cwd=root, capture_output=True, text=True)
+    return proc.stdout.strip() if proc.returncode == 0 else ""
+
+
 def dvc_yaml_entries(root: Path | str) -> dict[str, list[Any]]:
     """dvc.yaml's top-level ``params``, ``metrics`` and ``plots`` lists (empty without dvc.yaml)."""
     path = Path(root) / "dvc.yaml"

@@ -29,7 +29,7 @@ import yaml
 
 from snakedvc.engine.config import KEY
 from snakedvc.engine.names import EXPERIMENT_NAME_ENV, EXPERIMENT_REPLACE_ENV, SKIP_SAVE_ENV, validate_experiment_name
-from snakedvc.engine.records import record_paths, within
+from snakedvc.engine.records import dvc_root, git_prefix, record_paths, within
 from snakedvc.engine.settings import Experiment
 from snakedvc.engine.settings import settings as kit_settings
 from snakedvc.io import atomic_path
@@ -46,7 +46,8 @@ class TrackingError(RuntimeError):
 
 
 def is_dvc_repo(root: Path | str = ".") -> bool:
-    return (Path(root) / ".dvc").is_dir()
+    """Whether ``root`` lies in a DVC repository (at or below its top, as `dvc` finds it)."""
+    return dvc_root(root) is not None
 
 
 def lock_path(root: Path | str = ".") -> Path:
@@ -147,10 +148,14 @@ def changed_dvc_files(root: Path | str = ".") -> list[str]:
     if proc.returncode != 0:
         raise TrackingError(f"git status failed in {Path(root).resolve()}:\n{proc.stderr.strip()}")
     found = set()
+    prefix = git_prefix(root)  # porcelain paths are the repository's; the run's are its folder's
     entries = proc.stdout.split("\0")
     for entry in entries:
         path = entry[3:]
-        if not path or path.startswith(".dvc/") or entry[:2] == " D":
+        if not path or not path.startswith(prefix) or entry[:2] == " D":
+            continue
+        path = path.removeprefix(prefix)
+        if path.startswith(".dvc/"):
             continue
         if path.endswith(".dvc") or Path(path).name == ".gitignore":
             found.add(path)
@@ -315,6 +320,10 @@ def trim_experiment(name: str, keep: Sequence[str], records: Sequence[str], root
     if ref is None:
         raise TrackingError(f"experiment {name!r} was saved but no ref refs/exps/.../{name} exists")
     old = _git(root, "rev-parse", ref)
+    # git names files from the repository's top; keep and records are the run's folder's.
+    prefix = git_prefix(root)
+    keep, records = [prefix + p for p in keep], [prefix + p for p in records]
+    root = _git(root, "rev-parse", "--show-toplevel")  # the paths below are the top's
     listed = _git(root, "ls-tree", "-r", "-z", "--name-only", old).split("\0")
     dropped = [
         p
@@ -395,12 +404,17 @@ def _apply_experiment(name: str, root: Path | str = ".") -> None:
     if ref is None:
         raise TrackingError(f"no experiment named {name!r} (dvc exp show -A lists them)")
     changed = _git(root, "diff", "--name-only", "-z", "HEAD", ref).split("\0")
-    targets = sorted(p for p in changed if p.endswith(".dvc") and not p.startswith(".dvc/"))
+    targets = sorted(p for p in changed if p.endswith(".dvc") and not p.startswith(".dvc/"))  # from the top
     log.info("running: dvc exp apply %s (checking out %s)", name, ", ".join(targets) or "nothing")
     env = {**os.environ, "DVC_NO_ANALYTICS": "1"}
-    root_dir = str(Path(root).resolve())
+    top = subprocess.run(["git", "rev-parse", "--show-toplevel"], cwd=root, capture_output=True, text=True)
+    root_dir = str(dvc_root(root) or Path(root).resolve())
     proc = subprocess.run(
-        [sys.executable, "-c", _APPLY, root_dir, name, *targets], cwd=root, env=env, capture_output=True, text=True
+        [sys.executable, "-c", _APPLY, root_dir, name, *targets],
+        cwd=top.stdout.strip() or root,
+        env=env,
+        capture_output=True,
+        text=True,
     )
     if proc.returncode != 0:
         said = proc.stderr.strip().splitlines()[-20:]

@@ -32,7 +32,7 @@ from snakedvc.engine.names import (
     claim_name,
     validate_experiment_name,
 )
-from snakedvc.engine.records import mark_started
+from snakedvc.engine.records import dvc_root, mark_started
 from snakedvc.engine.settings import Settings
 
 MODULES = ("kit", "tracking", "sweep")
@@ -174,7 +174,7 @@ def _paths(outputs: Iterable[Any]) -> list[str]:
 
 
 def tracking_enabled(config: Mapping[str, Any], root: str | Path = ".") -> bool:
-    return settings.settings(config).tracking and (Path(root) / ".dvc").is_dir()
+    return settings.settings(config).tracking and dvc_root(root) is not None
 
 
 def targets(config: Mapping[str, Any], *outputs: Any, track: Any = ()) -> list[str]:
