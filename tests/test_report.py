@@ -102,3 +102,31 @@ def test_digits_report_shows_the_confusion_matrix(tmp_path: Path) -> None:
     assert {i["alt"] for i in view.images} == {"dvclive: results/live", "results/confusion.png"}
     shown_metrics_match(view, project, "results/metrics.json")
     assert view.metrics["results/live/metrics.json:step"] == "20"
+
+
+def test_a_sweep_that_is_not_the_last_run_is_reported_alone_and_absent_values_are_empty(tmp_path: Path) -> None:
+    """`snakedvc report --sweep DIR` after a plain run showed the sweep under the plain run's header
+    ("sweep: no"), and `nan` in the error column of trials that succeeded."""
+    import json as json_
+
+    from snakedvc.engine.records import write_record
+    from snakedvc.engine.report import write_report
+
+    root = tmp_path / "project"
+    sweep = root / "results/sweeps/old/report"
+    sweep.mkdir(parents=True)
+    (sweep / "summary.csv").write_text(
+        "trial,rung,valid_loss,best,status,error\nt000,1,0.5,True,ok,\nt001,0,,False,failed,diverged\n"
+    )
+    (sweep / "plan.json").write_text(json_.dumps({"name": "old", "metric": "valid_loss", "direction": "min"}))
+    (root / "results/metrics.json").write_text('{"accuracy": 0.75}')
+    (root / "dvc.yaml").write_text("metrics: [results/metrics.json]\n")
+    write_record(root, {"outcome": "done", "outputs": ["results/metrics.json"], "sweep": None, "experiments": ["plain"],
+                        "params": "results/params.yaml"})  # fmt: skip
+    page = write_report(root, "results/report.html", sweep_dir="results/sweeps/old/report").read_text()
+    assert 'id="run"' not in page and "sweep: no" not in page and 'data-metric="results/metrics.json' not in page
+    assert "The sweep results/sweeps/old/report alone: it is not the last run" in page and "plain" in page
+    assert 'id="sweep"' in page and ">nan<" not in page
+    # The plain run's own report is as before: its header and metrics, no sweep section.
+    own = write_report(root, "results/report.html").read_text()
+    assert 'id="run"' in own and 'data-metric="results/metrics.json:accuracy"' in own and 'id="sweep"' not in own

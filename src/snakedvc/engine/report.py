@@ -344,6 +344,8 @@ def collect(root: Path, title: str, snakemake_args: Sequence[str] = (), sweep_di
     entries = dvc_yaml_entries(root)
     report = Report(title=title)
     record = read_record(root)
+    if sweep_dir is not None and (record is None or root / str(record.get("sweep") or "") != sweep_dir):
+        return _sweep_alone(report, root, sweep_dir, record)
 
     def ours(path: str) -> bool:
         """Only what the last run produced (its record); without a record, whatever the workspace holds."""
@@ -376,18 +378,38 @@ def collect(root: Path, title: str, snakemake_args: Sequence[str] = (), sweep_di
             report.images.append((name, IMAGE_TYPES[path.suffix.lower()], path.read_bytes()))
     report.dag_svg, report.dag_note = job_dag_svg(root, snakemake_args)
     report.jobs, report.jobs_source = job_resources(root)
-    if sweep_dir and (sweep_dir / "summary.csv").is_file():
-        from snakedvc.engine.sweep.report import html_section
+    if sweep_dir:
+        _add_sweep(report, root, sweep_dir)
+    return report
 
-        report.sweep = html_section(sweep_dir)
-        # The winner's final evaluation (the sweep module's `final` folder): its metrics and plots.
-        final = sweep_dir.parent / "final"
-        for path in sorted(final.glob("*")) if final.is_dir() else []:
-            name = str(path.relative_to(root))
-            if path.suffix in (".json", ".yaml"):
-                report.metrics[name] = flatten(read_structured(path))
-            elif path.suffix.lower() in IMAGE_TYPES:
-                report.images.append((name, IMAGE_TYPES[path.suffix.lower()], path.read_bytes()))
+
+def _add_sweep(report: Report, root: Path, sweep_dir: Path) -> None:
+    """The sweep's section, and the winner's final evaluation (the sweep module's `final` folder)."""
+    if not (sweep_dir / "summary.csv").is_file():
+        return
+    from snakedvc.engine.sweep.report import html_section
+
+    report.sweep = html_section(sweep_dir)
+    final = sweep_dir.parent / "final"
+    for path in sorted(final.glob("*")) if final.is_dir() else []:
+        name = str(path.relative_to(root))
+        if path.suffix in (".json", ".yaml"):
+            report.metrics[name] = flatten(read_structured(path))
+        elif path.suffix.lower() in IMAGE_TYPES:
+            report.images.append((name, IMAGE_TYPES[path.suffix.lower()], path.read_bytes()))
+
+
+def _sweep_alone(report: Report, root: Path, sweep_dir: Path, record: dict[str, Any] | None) -> Report:
+    """A sweep that is not the last run's (`snakedvc report --sweep DIR` after another run): its section
+    alone, under a header of its own, never under the last run's header, metrics or jobs."""
+    last = ", ".join((record or {}).get("experiments") or []) or "none saved"
+    report.note = (
+        f"The sweep {sweep_dir.relative_to(root)} alone: it is not the last run of this workspace "
+        f"(that run's experiments: {last}; `snakedvc report` shows it)."
+    )
+    _add_sweep(report, root, sweep_dir)
+    if not report.sweep:
+        report.note += f" It has no report yet ({sweep_dir / 'summary.csv'} is missing)."
     return report
 
 
