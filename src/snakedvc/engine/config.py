@@ -166,3 +166,9 @@ def _fits(value: Any, known: Any) -> bool:
     """Where another kind is fine: anything where the config has null or a string (a number or a word
     given for a name), and a number for a number."""
     return known is None or (isinstance(known, str) and not isinstance(value, Mapping | list))
+
+
+def typed_overrides(workflow: Any) -> dict[str, Any]:
+    """The run's ``--config`` values (Snakemake's ``workflow.config_settings.overwrite_config``), typed."""
+    overrides = getattr(getattr(workflow, "config_settings", None), "overwrite_config", None)
+    return typed(dict(overrides)) if overrides else {}

@@ -4,13 +4,15 @@ trial's), which both use tracking."""
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import sys
 from pathlib import Path
 from typing import Any
 
-from snakedvc.engine.names import release_name
+from snakedvc.engine.config import KEY, ConfigError, typed_overrides
+from snakedvc.engine.names import EXPERIMENT_NAME_ENV, EXPERIMENT_REPLACE_ENV, release_name
 from snakedvc.engine.records import dag_outputs, write_record
 from snakedvc.engine.settings import settings as kit_settings
 from snakedvc.engine.sweep.save import save_trials
@@ -22,7 +24,6 @@ from snakedvc.engine.tracking import (
     save_experiment,
     write_effective_params,
 )
-from snakedvc.engine.workflow import typed_overrides
 
 log = logging.getLogger(__name__)
 
@@ -47,9 +48,19 @@ def finish_run(config: dict[str, Any], workflow: Any = None, root: Path | str = 
         )
     if os.environ.get(SKIP_SAVE_ENV) == "1":
         return []
-    own = dag_outputs(workflow)
+    return _finish(config, dag_outputs(workflow), typed_overrides(workflow), root)
+
+
+# A save that has not completed: written before it starts, removed when it ends. A save that
+# failed (a full disk, a git lock, the controller killed) leaves it, with what the run produced,
+# and the next run of the workflow (or `snakedvc resume`) does that save first: a rerun where
+# nothing is left to do would otherwise never save it (Snakemake runs no onsuccess then).
+PENDING_FILE = Path(".snakedvc") / "pending-save.json"
+
+
+def _finish(config: dict[str, Any], own: list[str], overrides: dict[str, Any], root: Path | str) -> list[str]:
     sweep = kit_settings(config).sweep.enabled
-    record: dict[str, Any] = {"outcome": "done", "outputs": own, "sweep": None, "overrides": typed_overrides(workflow)}
+    record: dict[str, Any] = {"outcome": "done", "outputs": own, "sweep": None, "overrides": overrides}
     if sweep:
         from snakedvc.engine.sweep import plan as sweep_plan
 
@@ -60,16 +71,11 @@ def finish_run(config: dict[str, Any], workflow: Any = None, root: Path | str = 
     elif not is_dvc_repo(root):
         saved = []
         say(
-            f"run not recorded: {Path(root).resolve()} is in no DVC repository (no .dvc/ there or above): `dvc init` at the top of the git repository to record runs"
+            f"run not recorded: {Path(root).resolve()} is in no DVC repository (no .dvc/ there or above): "
+            "`dvc init` at the top of the git repository to record runs"
         )
     else:
-        saved = save_trials(config, root) if sweep else [save_experiment(config, own, root=root)]
-        if sweep and saved:
-            say(f"saved {len(saved)} trial experiments: {', '.join(saved)} (see them: dvc exp show; snakedvc report)")
-        elif sweep:
-            say("no trial experiment saved: the sweep's report was not among this run's targets")
-        else:
-            say(f"saved experiment {saved[0]} (see it: dvc exp show; snakedvc report)")
+        saved = _save(config, own, overrides, sweep, root)
     params = experiment_settings(config).params
     if not sweep:
         write_effective_params(config, params, root)
@@ -77,3 +83,57 @@ def finish_run(config: dict[str, Any], workflow: Any = None, root: Path | str = 
     if experiment_settings(config).name:
         release_name(experiment_settings(config).name, root)
     return saved
+
+
+def _save(
+    config: dict[str, Any], own: list[str], overrides: dict[str, Any], sweep: bool, root: Path | str
+) -> list[str]:
+    """The experiment(s), with a pending mark that outlives a failure (see PENDING_FILE)."""
+    settings = experiment_settings(config)  # a submitted run's name comes from its controller: kept
+    kept = {**config, KEY: {**(config.get(KEY) or {}),
+                            "experiment": {**((config.get(KEY) or {}).get("experiment") or {}),
+                                           "name": settings.name, "replace": settings.replace}}}  # fmt: skip
+    pending = Path(root) / PENDING_FILE
+    pending.parent.mkdir(parents=True, exist_ok=True)
+    pending.write_text(json.dumps({"config": kept, "outputs": own, "overrides": overrides}, default=str))
+    try:
+        saved = save_trials(config, root) if sweep else [save_experiment(config, own, root=root)]
+    except TrackingError as error:
+        if error.saved:  # saved; what failed came after (the push)
+            pending.unlink(missing_ok=True)
+            raise
+        raise TrackingError(
+            f"{error}\nNo experiment was saved, and none was half-saved; the run's results are kept. Once the "
+            "cause is fixed, run the workflow again (not a dry run): its first step is this save."
+        ) from None
+    pending.unlink(missing_ok=True)
+    if sweep and saved:
+        say(f"saved {len(saved)} trial experiments: {', '.join(saved)} (see them: dvc exp show; snakedvc report)")
+    elif sweep:
+        say("no trial experiment saved: the sweep's report was not among this run's targets")
+    else:
+        say(f"saved experiment {saved[0]} (see it: dvc exp show; snakedvc report)")
+    return saved
+
+
+def save_pending(root: Path | str = ".") -> list[str]:
+    """Do the save an earlier run left pending (PENDING_FILE), before anything of this run; a
+    ConfigError (this run stops before any job) where it fails again."""
+    pending = Path(root) / PENDING_FILE
+    if not pending.is_file():
+        return []
+    try:
+        left = json.loads(pending.read_text())
+    except ValueError:
+        pending.unlink()
+        return []
+    say("an earlier run's experiment was not saved (its save failed): saving it first")
+    environment = {
+        key: os.environ.pop(key) for key in (EXPERIMENT_NAME_ENV, EXPERIMENT_REPLACE_ENV) if key in os.environ
+    }
+    try:
+        return _finish(left["config"], left["outputs"], left.get("overrides") or {}, root)
+    except TrackingError as error:
+        raise ConfigError(f"the earlier run's save failed again, so this run does not start:\n{error}") from None
+    finally:
+        os.environ.update(environment)

@@ -42,7 +42,12 @@ EXPERIMENTS_FILE_ENV = "SNAKEDVC_EXPERIMENTS_FILE"
 
 
 class TrackingError(RuntimeError):
-    """A DVC command failed or the lock could not be had."""
+    """A DVC command failed or the lock could not be had. ``saved``: the experiment was saved before
+    the failure (a push that failed after it)."""
+
+    def __init__(self, message: str, saved: str = "") -> None:
+        super().__init__(message)
+        self.saved = saved
 
 
 def is_dvc_repo(root: Path | str = ".") -> bool:
@@ -232,10 +237,15 @@ def save_experiment(
         args += ["--include-untracked", path]
     keep = [*own, *included, settings.params]
     with repo_lock(root), save_targets([*own, *included], root) as targets:
+        wait_for_git_index(root)
         out = run_dvc([*args, "--", *targets], root)
         match = re.search(r"saved as:\s*(\S+)", out)
         saved = match.group(1) if match else name
-        trim_experiment(saved, keep, record_paths(root), root)
+        try:
+            trim_experiment(saved, keep, record_paths(root), root)
+        except BaseException:  # an experiment holding other runs' files is no record: none, rather
+            _drop_experiment(saved, root)
+            raise
         if settings.push:
             push(saved, root)
     log.info("experiment saved: %s", saved)
@@ -271,6 +281,34 @@ def save_targets(paths: Sequence[str], root: Path | str = ".") -> Iterator[list[
         shutil.rmtree(scratch, ignore_errors=True)
 
 
+GIT_LOCK_WAIT_ENV = "SNAKEDVC_GIT_LOCK_WAIT_S"
+
+
+def wait_for_git_index(root: Path | str = ".") -> None:
+    """Wait (SNAKEDVC_GIT_LOCK_WAIT_S, default 60 s) while another git process holds the index's lock
+    (the user's own git command, an editor's); then a TrackingError naming the lock and what to do,
+    before DVC starts an experiment it could not finish."""
+    found = subprocess.run(["git", "rev-parse", "--git-path", "index.lock"], cwd=root, capture_output=True, text=True)
+    if found.returncode != 0:
+        return
+    lock = Path(root) / found.stdout.strip()
+    deadline = time.monotonic() + float(os.environ.get(GIT_LOCK_WAIT_ENV, "60"))
+    while lock.exists():
+        if time.monotonic() > deadline:
+            raise TrackingError(
+                f"git's index is locked by another git process ({lock.resolve()} exists): let that git command "
+                "finish, or remove the file if no git command is running"
+            )
+        time.sleep(0.2)
+
+
+def _drop_experiment(name: str, root: Path | str) -> None:
+    refs = _git(root, "for-each-ref", "--format=%(refname)", "refs/exps").split()
+    for ref in refs:
+        if ref.rsplit("/", 1)[-1] == name:
+            subprocess.run(["git", "update-ref", "-d", ref], cwd=root, capture_output=True)
+
+
 def note_saved(saved: str) -> None:
     """A submitted run's controller lists the experiments its run saved (snakedvc runs)."""
     if os.environ.get(EXPERIMENTS_FILE_ENV):
@@ -291,7 +329,8 @@ def push(saved: str, root: Path | str = ".") -> None:
         where = ", ".join(f"{name} {url}" for name, url in urls) or "no DVC remote configured"
         raise TrackingError(
             f"experiment {saved} is saved, but pushing it failed (DVC remotes: {where}).\n{error}\n"
-            f"Fix the remote, then push it again: dvc push && dvc exp push origin {saved}"
+            f"Fix the remote, then push it again: dvc push && dvc exp push origin {saved}",
+            saved=saved,
         ) from None
 
 

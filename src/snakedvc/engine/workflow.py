@@ -19,7 +19,14 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from snakedvc.engine import settings
-from snakedvc.engine.config import KEY, ConfigError, check_overrides, load_schema, typed, validate_config
+from snakedvc.engine.config import (
+    KEY,
+    ConfigError,
+    check_overrides,
+    load_schema,
+    typed_overrides,
+    validate_config,
+)
 from snakedvc.engine.env import use_this_interpreter
 from snakedvc.engine.flagwords import flag_words
 from snakedvc.engine.names import (
@@ -47,12 +54,6 @@ def module_path(name: str) -> str:
 
 def kit_schema() -> dict[str, Any]:
     return settings.schema("snakedvc")
-
-
-def typed_overrides(workflow: Any) -> dict[str, Any]:
-    """The run's ``--config`` values (Snakemake's ``workflow.config_settings.overwrite_config``), typed."""
-    overrides = getattr(getattr(workflow, "config_settings", None), "overwrite_config", None)
-    return typed(dict(overrides)) if overrides else {}
 
 
 def _merge(target: dict[str, Any], overrides: Mapping[str, Any]) -> None:
@@ -89,7 +90,11 @@ def configure(config: dict[str, Any], workflow: Any = None) -> Settings:
     except (ConfigError, ValueError) as error:
         raise ConfigError(f"{KEY}: {error}") from None
     if getattr(workflow, "is_main_process", False) and _runs_and_saves(workflow):
-        _check_names(kit)
+        from snakedvc.engine.finish import save_pending
+
+        # An earlier run's save that failed: done first, or this run stops here. Rerunning that run's
+        # command is how its save is redone: the name it has just saved is this run's, not a clash.
+        _check_names(kit, saved_now=save_pending())
     user = {key: value for key, value in config.items() if key != KEY}
     if kit.schema:
         user = validate_config(user, load_schema(kit.schema))
@@ -123,7 +128,7 @@ def _runs_and_saves(workflow: Any) -> bool:
     return not (words & NO_RUN_OPTIONS or together)
 
 
-def _check_names(kit: Settings) -> None:
+def _check_names(kit: Settings, saved_now: Sequence[str] = ()) -> None:
     """Before any job, on the submit host: the run's experiment name (a submitted run's comes from its
     controller) is no existing experiment's, unless replace is asked, nor another live run's; a real run
     claims it. A sweep: no experiment of its trials' names exists."""
@@ -137,7 +142,7 @@ def _check_names(kit: Settings) -> None:
                     f"sweep {kit.sweep.name!r} has saved trial experiments already ({', '.join(trials[:3])}"
                     f"{', ...' if len(trials) > 3 else ''}): choose another sweep.name, or {REPLACE_HINT}"
                 )
-        elif name:
+        elif name and name not in saved_now:
             check_name_is_free(name, ".", replace)
             claim_name(name)
     except NameTaken as error:

@@ -1,0 +1,180 @@
+"""Faults while a run is recorded, made for real: a git lock held by another process, the DVC cache on
+a full filesystem, an unreachable DVC remote. Each ends with the earlier experiments intact, no
+half-saved experiment, a message naming the cause and what to do, and a rerun that completes."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import dvc, dvc_experiments, git, run_snakemake
+
+SNAKEFILE = """\
+import snakedvc
+
+configfile: "config.yaml"
+include: snakedvc.module_path("kit")
+
+rule train:
+    output: "out/model.bin"
+    params: lr=config["train"]["lr"]
+    shell: "sleep {config[pause]} && head -c {config[size]} /dev/urandom > {output}"
+
+rule all:
+    default_target: True
+    input: snakedvc.targets(config, rules.train.output, track=rules.train.output)
+"""
+CONFIG = """\
+size: 1000
+pause: 0
+train:
+  lr: 0.01
+snakedvc:
+  experiment: {metrics: []}
+"""
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Path:
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "Snakefile").write_text(SNAKEFILE)
+    (project / "config.yaml").write_text(CONFIG)
+    (project / "dvc.yaml").write_text("params: [results/params.yaml]\n")
+    (project / ".gitignore").write_text("/out/**\n!/out/**/\n!/out/**/*.dvc\n/.snakemake/\n")
+    git(project, "init", "-q", "-b", "main")
+    dvc(project, "init", "-q")
+    git(project, "add", "-A")
+    git(project, "-c", "user.name=a", "-c", "user.email=a@b", "commit", "-q", "-m", "project")
+    run_snakemake(project, *run_named("first"))  # an earlier experiment, which every fault must leave intact
+    return project
+
+
+def run_named(name: str, lr: float = 0.01) -> list[str]:
+    return ["--cores", "1", "--config", f"train={{lr: {lr}}}", f"snakedvc={{experiment: {{name: {name}}}}}"]
+
+
+def experiments(project: Path) -> dict[str, float]:
+    return {name: e["params"]["train"]["lr"] for name, e in dvc_experiments(project).items()}
+
+
+def said(proc: subprocess.CompletedProcess[str]) -> str:
+    return proc.stdout + proc.stderr
+
+
+def test_git_index_locked_by_another_process(project: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SNAKEDVC_GIT_LOCK_WAIT_S", "2")
+    lock = project / ".git/index.lock"
+    lock.write_text("")  # as a git command of the user's holds it
+    (project / "out/model.bin").unlink()
+    failed = run_snakemake(project, *run_named("second", 0.02), check=False)
+    assert failed.returncode != 0
+    assert f"git's index is locked by another git process ({lock} exists)" in said(failed)
+    assert "No experiment was saved, and none was half-saved" in said(failed)
+    assert experiments(project) == {"first": 0.01}
+    lock.unlink()  # the user's git command ends
+    rerun = run_snakemake(project, *run_named("second", 0.02))
+    assert "an earlier run's experiment was not saved (its save failed): saving it first" in said(rerun)
+    assert experiments(project) == {"first": 0.01, "second": 0.02}
+    assert not (project / ".snakedvc/pending-save.json").exists()
+
+
+@pytest.fixture
+def small_cache(project: Path) -> Iterator[Path]:
+    """DVC's cache on a 64 KiB filesystem of its own (tmpfs; needs root, as CI has)."""
+    mount = project.parent / "cache"
+    mount.mkdir()
+    proc = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(mount)], capture_output=True)
+    if proc.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {proc.stderr.decode().strip()}")
+    try:
+        dvc(project, "cache", "dir", str(mount))
+        yield mount
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], check=False)
+
+
+def test_the_dvc_cache_on_a_full_filesystem(project: Path, small_cache: Path) -> None:
+    failed = run_snakemake(project, *run_named("big", 0.03), "size=200000", check=False)
+    assert failed.returncode != 0
+    log = "logs/snakedvc/track/out/model.bin.log"  # named in Snakemake's error (profiles show it whole)
+    assert "Error in rule kit_track" in said(failed) and log in said(failed), said(failed)[-3000:]
+    assert "No space left on device" in (project / log).read_text() and "dvc add" in (project / log).read_text()
+    assert experiments(project) == {"first": 0.01}
+    assert not (project / "out/model.bin.dvc").exists()  # nothing recorded of the half-copied output
+    subprocess.run(["mount", "-o", "remount,size=4m", str(small_cache)], check=True)  # space freed
+    run_snakemake(project, *run_named("big", 0.03), "size=200000")
+    assert experiments(project) == {"first": 0.01, "big": 0.03}
+    assert dvc(project, "status", "--quiet", check=False).returncode == 0
+
+
+def test_an_unreachable_dvc_remote_keeps_the_saved_experiment_and_says_how_to_push(
+    project: Path, tmp_path: Path
+) -> None:
+    blocker = tmp_path / "disk"
+    blocker.write_text("not a folder")  # the remote's disk is not there (root may write anywhere else)
+    gone = blocker / "remote"
+    dvc(project, "remote", "add", "-d", "--local", "store", str(gone))
+    bare = tmp_path / "origin.git"
+    git(tmp_path, "init", "-q", "--bare", str(bare))
+    git(project, "remote", "add", "origin", str(bare))
+    push_on = "snakedvc={experiment: {name: pushed, push: true}}"
+    failed = run_snakemake(project, *run_named("pushed", 0.04), push_on, check=False)
+    assert failed.returncode != 0
+    assert "experiment pushed is saved, but pushing it failed (DVC remotes: store " in said(failed)
+    assert "push it again: dvc push && dvc exp push origin pushed" in said(failed)
+    assert experiments(project) == {"first": 0.01, "pushed": 0.04}
+    assert not (project / ".snakedvc/pending-save.json").exists()  # saved: nothing left to redo
+    blocker.unlink()  # the disk is back
+    dvc(project, "push")
+    dvc(project, "exp", "push", "origin", "pushed")
+    assert "pushed" in git(bare, "for-each-ref", "--format=%(refname)")
+    assert os.listdir(gone)  # the data reached the remote
+
+
+def test_the_controller_killed_while_saving_then_resumed(project: Path) -> None:
+    """A detached run's controller (its machine) is lost in the middle of its save; `snakedvc resume`
+    then saves that run's experiment, once."""
+    import json
+    import signal
+    import sys
+    import time
+
+    from tests.waiting import wait_until
+
+    profile = Path(__file__).resolve().parents[1] / "src/snakedvc/profiles/local"
+    submitted = subprocess.run(
+        [sys.executable, "-m", "snakedvc", "submit", "--profile", str(profile), "--name", "lost", "--",
+         "--config", "train={lr: 0.05}", "pause=4"],
+        cwd=project, capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    run_id = submitted.stdout.strip()
+    run_dir = project / ".snakedvc/runs" / run_id
+    workspace = run_dir / "workspace"
+    lock = workspace / git(workspace, "rev-parse", "--git-path", "index.lock").strip()
+    lock.write_text("")  # the save will wait on it: the controller is killed in the middle of the save
+    pending = workspace / ".snakedvc/pending-save.json"
+    wait_until(pending.is_file, "the run's save to begin", 120, poll=0.2)
+    controller = json.loads((run_dir / "run.json").read_text())["controller_pid"]
+    os.killpg(controller, signal.SIGKILL)
+    time.sleep(1)
+    lock.unlink()
+    assert "lost" not in experiments(project)
+    resumed = subprocess.run([sys.executable, "-m", "snakedvc", "resume", run_id], cwd=project, capture_output=True,
+                             text=True)  # fmt: skip
+    assert resumed.returncode == 0, resumed.stderr
+
+    def ended() -> dict | None:
+        listed = json.loads(subprocess.run([sys.executable, "-m", "snakedvc", "runs", "--json"], cwd=project,
+                                           capture_output=True, text=True, check=True).stdout)  # fmt: skip
+        (state,) = [r for r in listed if r["id"] == run_id]
+        return state if state["state"] not in ("queued", "running") else None
+
+    state = wait_until(ended, f"run {run_id} to end", 180, poll=1)
+    assert state["state"] == "done" and state["experiments"] == ["lost"], state
+    assert experiments(project) == {"first": 0.01, "lost": 0.05}
+    assert not pending.exists()
