@@ -115,5 +115,5 @@ def test_the_record_says_when_the_run_started_not_when_its_end_began(project: Pa
     before = time.time()
     run_snakemake(project, *named("timed"), "pause=4")
     record = json.loads((project / ".snakedvc/last-run.json").read_text())
-    assert before <= record["started"] < before + 3, (before, record["started"])
-    assert record["finished"] - record["started"] >= 4
+    # Before the 4-second job, not at the end (however slow the machine is to start Snakemake).
+    assert before <= record["started"] <= record["finished"] - 4, (before, record)
