@@ -178,3 +178,46 @@ def test_the_controller_killed_while_saving_then_resumed(project: Path) -> None:
     assert state["state"] == "done" and state["experiments"] == ["lost"], state
     assert experiments(project) == {"first": 0.01, "lost": 0.05}
     assert not pending.exists()
+
+
+def test_the_user_commits_to_the_branch_while_a_run_is_going(project: Path) -> None:
+    """`dvc exp save` builds on HEAD: the record said the run ran on the user's new commit, code it
+    never saw. It is put on the commit the run started from."""
+    import sys
+
+    from tests.waiting import wait_until
+
+    start = git(project, "rev-parse", "HEAD").strip()
+    run = subprocess.Popen(
+        [sys.executable, "-m", "snakemake", *run_named("during", 0.06), "pause=6"],
+        cwd=project, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip
+    claim = project / ".git/snakedvc-names/during"  # made as the run starts (its Snakefile read)
+    wait_until(claim.is_file, "the run to start", 60, poll=0.2, proc=run)
+    (project / "NOTES.md").write_text("a note the user commits while the run goes on\n")
+    git(project, "add", "NOTES.md")
+    git(project, "-c", "user.name=a", "-c", "user.email=a@b", "commit", "-q", "-m", "notes")
+    moved = git(project, "rev-parse", "HEAD").strip()
+    output, _ = run.communicate(timeout=120)
+    assert run.returncode == 0, output[-3000:]
+    assert f"experiment during is put on {start[:12]}, the commit the run started from" in output, output[-2500:]
+    refs = git(project, "for-each-ref", "--format=%(refname)", "refs/exps").split()
+    (ref,) = [r for r in refs if r.endswith("/during")]
+    assert ref == f"refs/exps/{start[:2]}/{start[2:]}/during"
+    assert git(project, "rev-parse", f"{ref}^").strip() == start
+    files = git(project, "ls-tree", "-r", "--name-only", ref).split()
+    assert "NOTES.md" not in files and "out/model.bin.dvc" in files and "results/params.yaml" in files
+    assert git(project, "rev-parse", "HEAD").strip() == moved  # the user's branch is left as it is
+    assert experiments_all(project) == {"first": 0.01, "during": 0.06}
+
+
+def experiments_all(project: Path) -> dict[str, float]:
+    """name -> lr of every experiment, on any commit (`dvc exp show -A`)."""
+    import json
+
+    found = {}
+    for commit in json.loads(dvc(project, "exp", "show", "-A", "--json").stdout):
+        for exp in commit.get("experiments") or []:
+            rev = exp["revs"][0]
+            found[exp.get("name") or rev["name"]] = rev["data"]["params"]["results/params.yaml"]["data"]["train"]["lr"]
+    return found

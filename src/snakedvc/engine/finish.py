@@ -13,7 +13,7 @@ from typing import Any
 
 from snakedvc.engine.config import KEY, ConfigError, typed_overrides
 from snakedvc.engine.names import EXPERIMENT_NAME_ENV, EXPERIMENT_REPLACE_ENV, release_name
-from snakedvc.engine.records import dag_outputs, write_record
+from snakedvc.engine.records import dag_outputs, started_commit, write_record
 from snakedvc.engine.settings import settings as kit_settings
 from snakedvc.engine.sweep.save import save_trials
 from snakedvc.engine.tracking import (
@@ -48,7 +48,7 @@ def finish_run(config: dict[str, Any], workflow: Any = None, root: Path | str = 
         )
     if os.environ.get(SKIP_SAVE_ENV) == "1":
         return []
-    return _finish(config, dag_outputs(workflow), typed_overrides(workflow), root)
+    return _finish(config, dag_outputs(workflow), typed_overrides(workflow), root, started_commit())
 
 
 # A save that has not completed: written before it starts, removed when it ends. A save that
@@ -58,7 +58,9 @@ def finish_run(config: dict[str, Any], workflow: Any = None, root: Path | str = 
 PENDING_FILE = Path(".snakedvc") / "pending-save.json"
 
 
-def _finish(config: dict[str, Any], own: list[str], overrides: dict[str, Any], root: Path | str) -> list[str]:
+def _finish(
+    config: dict[str, Any], own: list[str], overrides: dict[str, Any], root: Path | str, baseline: str
+) -> list[str]:
     sweep = kit_settings(config).sweep.enabled
     record: dict[str, Any] = {"outcome": "done", "outputs": own, "sweep": None, "overrides": overrides}
     if sweep:
@@ -75,7 +77,7 @@ def _finish(config: dict[str, Any], own: list[str], overrides: dict[str, Any], r
             "`dvc init` at the top of the git repository to record runs"
         )
     else:
-        saved = _save(config, own, overrides, sweep, root)
+        saved = _save(config, own, overrides, sweep, root, baseline)
     params = experiment_settings(config).params
     if not sweep:
         write_effective_params(config, params, root)
@@ -86,7 +88,7 @@ def _finish(config: dict[str, Any], own: list[str], overrides: dict[str, Any], r
 
 
 def _save(
-    config: dict[str, Any], own: list[str], overrides: dict[str, Any], sweep: bool, root: Path | str
+    config: dict[str, Any], own: list[str], overrides: dict[str, Any], sweep: bool, root: Path | str, baseline: str
 ) -> list[str]:
     """The experiment(s), with a pending mark that outlives a failure (see PENDING_FILE)."""
     settings = experiment_settings(config)  # a submitted run's name comes from its controller: kept
@@ -95,9 +97,14 @@ def _save(
                                            "name": settings.name, "replace": settings.replace}}}  # fmt: skip
     pending = Path(root) / PENDING_FILE
     pending.parent.mkdir(parents=True, exist_ok=True)
-    pending.write_text(json.dumps({"config": kept, "outputs": own, "overrides": overrides}, default=str))
+    left = {"config": kept, "outputs": own, "overrides": overrides, "baseline": baseline}
+    pending.write_text(json.dumps(left, default=str))
     try:
-        saved = save_trials(config, root) if sweep else [save_experiment(config, own, root=root)]
+        saved = (
+            save_trials(config, root, baseline)
+            if sweep
+            else [save_experiment(config, own, root=root, baseline=baseline)]
+        )
     except TrackingError as error:
         if error.saved:  # saved; what failed came after (the push)
             pending.unlink(missing_ok=True)
@@ -132,7 +139,7 @@ def save_pending(root: Path | str = ".") -> list[str]:
         key: os.environ.pop(key) for key in (EXPERIMENT_NAME_ENV, EXPERIMENT_REPLACE_ENV) if key in os.environ
     }
     try:
-        return _finish(left["config"], left["outputs"], left.get("overrides") or {}, root)
+        return _finish(left["config"], left["outputs"], left.get("overrides") or {}, root, left.get("baseline", ""))
     except TrackingError as error:
         raise ConfigError(f"the earlier run's save failed again, so this run does not start:\n{error}") from None
     finally:

@@ -35,12 +35,19 @@ from snakedvc.io import atomic_path
 RECORD_FILE = Path(".snakedvc") / "last-run.json"
 # When the run started: set by snakedvc.configure, which a Snakefile calls as it is read (this module
 # may load only at the end of the run, in the end-of-run hook); its load time otherwise.
-_started = {"at": time.time()}
+_started: dict[str, Any] = {"at": time.time(), "commit": ""}
 
 
-def mark_started(at: float | None = None) -> None:
-    """The run starts now (its Snakefile is being read): the record's and the report's start time."""
-    _started["at"] = time.time() if at is None else at
+def mark_started(root: Path | str = ".") -> None:
+    """The run starts now (its Snakefile is being read): the record's and the report's start time,
+    and the commit its code is at (the experiment's baseline, even if the branch moves meanwhile)."""
+    head = subprocess.run(["git", "rev-parse", "--verify", "-q", "HEAD"], cwd=root, capture_output=True, text=True)
+    _started.update(at=time.time(), commit=head.stdout.strip())
+
+
+def started_commit() -> str:
+    """The commit HEAD was at when the run started ('' outside git, or before mark_started)."""
+    return str(_started["commit"])
 
 
 def dvc_root(start: Path | str = ".") -> Path | None:
@@ -121,7 +128,8 @@ def write_record(root: Path | str, record: dict[str, Any]) -> Path:
     base = Path(root)
     ignore_kit_folder(base)
     head = subprocess.run(["git", "rev-parse", "--verify", "-q", "HEAD"], cwd=base, capture_output=True, text=True)
-    record = {"started": _started["at"], "finished": time.time(), "commit": head.stdout.strip(), **record}
+    commit = started_commit() or head.stdout.strip()  # the code the run ran on, not where HEAD is now
+    record = {"started": _started["at"], "finished": time.time(), "commit": commit, **record}
     target = base / RECORD_FILE
     target.parent.mkdir(parents=True, exist_ok=True)
     with atomic_path(target) as tmp:

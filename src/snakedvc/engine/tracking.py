@@ -214,6 +214,7 @@ def save_experiment(
     message: str = "",
     root: Path | str = ".",
     files: Sequence[str] | None = None,
+    baseline: str = "",
 ) -> str:
     """`dvc exp save` the run with its effective params; returns the experiment's name.
 
@@ -243,6 +244,8 @@ def save_experiment(
         saved = match.group(1) if match else name
         try:
             trim_experiment(saved, keep, record_paths(root), root)
+            if baseline:
+                rebase_experiment(saved, baseline, root)
         except BaseException:  # an experiment holding other runs' files is no record: none, rather
             _drop_experiment(saved, root)
             raise
@@ -397,6 +400,59 @@ def trim_experiment(name: str, keep: Sequence[str], records: Sequence[str], root
         ", ".join(p for p in dropped if not within(p, [".dvc/tmp"]) and Path(p).name != SNAKEMAKE_STAMP) or "nothing",
     )
     return dropped
+
+
+def rebase_experiment(name: str, baseline: str, root: Path | str = ".") -> bool:
+    """Put an experiment on ``baseline``, the commit its run started from, where the branch moved on
+    during the run (the user committed meanwhile): `dvc exp save` builds on HEAD, and the record would
+    say the run ran on code it never saw. The new commit is ``baseline``'s tree with the files the
+    experiment's commit changed (the run's own), its parent ``baseline``; its ref is DVC's name for
+    an experiment of ``baseline`` (refs/exps/<2>/<38>/<name>). Returns whether it moved."""
+    refs = _git(root, "for-each-ref", "--format=%(refname)", "refs/exps").split()
+    ref = next((r for r in refs if r.rsplit("/", 1)[-1] == name), None)
+    if ref is None:
+        raise TrackingError(f"experiment {name!r} was saved but no ref refs/exps/.../{name} exists")
+    old = _git(root, "rev-parse", ref)
+    parent = _git(root, "rev-parse", f"{old}^")
+    baseline = _git(root, "rev-parse", baseline)
+    if parent == baseline:
+        return False
+    top = _git(root, "rev-parse", "--show-toplevel")
+    changed = [p for p in _git(top, "diff", "--name-only", "-z", "--no-renames", parent, old).split("\0") if p]
+    present = {
+        line.split("\t", 1)[1]: line.split("\t", 1)[0]
+        for line in _git(top, "ls-tree", "-r", "-z", old, "--", *changed).split("\0")
+        if line
+    }
+    lines = [f"{present[p]}\t{p}" if p in present else f"0 {'0' * 40}\t{p}" for p in changed]
+    with tempfile.TemporaryDirectory() as scratch:
+        env = {**os.environ, "GIT_INDEX_FILE": str(Path(scratch) / "index")}
+        _git(top, "read-tree", baseline, env=env)
+        _git(top, "update-index", "-z", "--index-info", env=env, stdin="\0".join(lines) + "\0")
+        tree = _git(top, "write-tree", env=env)
+    who = _git(top, "log", "-1", "--format=%an%x00%ae%x00%ad%x00%cn%x00%ce%x00%cd", "--date=raw", old).split("\0")
+    names = ("GIT_AUTHOR_NAME", "GIT_AUTHOR_EMAIL", "GIT_AUTHOR_DATE", "GIT_COMMITTER_NAME", "GIT_COMMITTER_EMAIL",
+             "GIT_COMMITTER_DATE")  # fmt: skip
+    message = _git(top, "log", "-1", "--format=%B", old)
+    new = _git(
+        top,
+        "commit-tree",
+        tree,
+        "-p",
+        baseline,
+        "-m",
+        message,
+        env={**os.environ, **dict(zip(names, who, strict=True))},
+    )
+    _git(top, "update-ref", f"refs/exps/{baseline[:2]}/{baseline[2:]}/{name}", new)
+    _git(top, "update-ref", "-d", ref, old)
+    print(
+        f"snakedvc: the branch moved on during the run: experiment {name} is put on {baseline[:12]}, the commit "
+        "the run started from (its code), not on the new HEAD",
+        file=sys.stderr,
+        flush=True,
+    )
+    return True
 
 
 def restore(name: str, params_file: str = "results/params.yaml", root: Path | str = ".") -> None:

@@ -15,7 +15,7 @@ from snakedvc.io import atomic_path
 log = logging.getLogger(__name__)
 
 
-def save_trials(config: dict[str, Any], root: Path | str = ".") -> list[str]:
+def save_trials(config: dict[str, Any], root: Path | str = ".", baseline: str = "") -> list[str]:
     """Save every completed trial of a sweep as its own DVC experiment, `<sweep>-<trial>`.
 
     Each holds the trial's effective params (its config at the last rung it reached), its
@@ -69,6 +69,7 @@ def save_trials(config: dict[str, Any], root: Path | str = ".") -> list[str]:
                 message=f"sweep {sweep.name} trial {trial}: {overrides}",
                 root=root,
                 files=files,
+                baseline=baseline,
             )
         )
     trial_metrics.unlink(missing_ok=True)
