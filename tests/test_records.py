@@ -26,10 +26,11 @@ pytestmark = pytest.mark.slow
 METRICS_FILES = ("results/metrics.json", "results/live/metrics.json", "results/trial.json")
 
 
-def shown_experiments(repo: Path) -> dict[str, dict[str, Any]]:
-    """name -> {'params': ..., 'metrics': {file: data or None}} for every experiment `dvc exp show` lists."""
+def shown_experiments(repo: Path, *options: str) -> dict[str, dict[str, Any]]:
+    """name -> {'params': ..., 'metrics': {file: data or None}} for every experiment `dvc exp show` lists
+    (``options``: e.g. -A, every commit's)."""
     found = {}
-    for commit in json.loads(dvc(repo, "exp", "show", "--json").stdout):
+    for commit in json.loads(dvc(repo, "exp", "show", "--json", *options).stdout):
         for exp in commit.get("experiments") or []:
             data = exp["revs"][0]["data"]
             params = data["params"].get("results/params.yaml", {}).get("data")

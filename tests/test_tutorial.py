@@ -134,7 +134,8 @@ def snakemake(project: Path, *args: str, check: bool = True) -> subprocess.Compl
 
 
 def experiments(project: Path) -> dict[str, dict]:
-    return shown_experiments(project)
+    """Every experiment, on any commit (-A): step 7 commits the first run's pointers, a new HEAD."""
+    return shown_experiments(project, "-A")
 
 
 def test_the_tutorials_train_py_lines_are_the_ones_the_tutorial_project_uses() -> None:
