@@ -10,6 +10,8 @@ import re
 import signal
 import subprocess
 import sys
+import threading
+import time
 from functools import partial
 from pathlib import Path
 
@@ -207,6 +209,69 @@ def test_cancelling_a_local_run_stops_it_and_saves_no_experiment(repo: Path) -> 
     assert "doomed" not in dvc_experiments(repo)
     # A cancelled run can be resumed; a second cancel says it has ended.
     assert "already ended as cancelled" in snakedvc(repo, "cancel", run_id, check=False).stderr
+
+
+# A stand-in controller: on the first SIGTERM it goes on for a while (its Snakemake finishing local
+# jobs: a line every 0.5 s, or nothing at all when hung), then exits; a second SIGTERM is the
+# cancel stopping everything at once.
+FAKE_CONTROLLER = """
+import signal, sys, time
+log = open(sys.argv[1], "a", buffering=1)
+hung = sys.argv[2] == "hung"
+told = []
+def on_term(signum, frame):
+    if told:
+        log.write("killed\\n")
+        sys.exit(143)
+    told.append(time.monotonic())
+signal.signal(signal.SIGTERM, on_term)
+log.write("ready\\n")
+while not told:
+    time.sleep(0.05)
+for i in range(12):
+    time.sleep(0.5)
+    if not hung:
+        log.write(f"Finished job {i}.\\n")
+log.write("stopped by itself\\n")
+"""
+
+
+@pytest.mark.parametrize("hung", [False, True], ids=["winding-down", "hung"])
+def test_cancel_waits_while_the_controller_winds_down_and_stops_a_quiet_one(tmp_path: Path, hung: bool) -> None:
+    from snakedvc.engine.runs import control
+    from snakedvc.engine.runs.record import RUNS_DIR, Run, this_host
+
+    run = Run(
+        id="20260101-000000-0000", name="doomed", root=str(tmp_path), commit="", baseline="", profile="local",
+        snakemake_args=[], slurm=False, created=0.0, state="running", controller_host=this_host(),
+    )  # fmt: skip
+    run.dir.mkdir(parents=True)
+    assert run.dir == tmp_path / RUNS_DIR / run.id
+    fake = subprocess.Popen(
+        [sys.executable, "-c", FAKE_CONTROLLER, str(run.log), "hung" if hung else "busy"], start_new_session=True
+    )
+    # Reaped as soon as it exits, as a controller that is not the test's child would be.
+    reaper = threading.Thread(target=fake.wait, daemon=True)
+    reaper.start()
+    try:
+        wait_until(lambda: run.log.is_file() and "ready" in run.log.read_text(), "the controller ready", timeout=30)
+        run.controller_pid = fake.pid
+        run.save()
+        started = time.monotonic()
+        # 6 s of winding down, each line 0.5 s after the last: longer than the quiet time in all,
+        # never that long without a line.
+        cancelled = control.cancel(run, quiet_s=2, wait_s=60)
+        took = time.monotonic() - started
+        reaper.join(timeout=10)
+    finally:
+        if fake.poll() is None:
+            fake.kill()
+    said = run.log.read_text()
+    assert cancelled.state == "cancelled"
+    if hung:  # nothing for 2 s: everything stopped, well before the 6 s it would have taken
+        assert "killed" in said and "stopped by itself" not in said and 2 <= took < 6, (took, said)
+    else:
+        assert "stopped by itself" in said and "killed" not in said and took >= 6, (took, said)
 
 
 def test_bad_input_names_the_thing_at_fault(repo: Path, tmp_path: Path) -> None:

@@ -15,6 +15,11 @@ from snakedvc.engine.runs.submission import start_controller
 from snakedvc.engine.runs.workspace import locked, remove_workspace
 from snakedvc.slurm import SlurmUnavailable
 
+# A cancelled run's controller gets this long without a line in its log before everything is
+# stopped at once, and this long in all.
+CANCEL_QUIET_S = 30.0
+CANCEL_WAIT_S = 300.0
+
 # --- controlling ------------------------------------------------------------------------------
 
 
@@ -52,7 +57,14 @@ def _stop_everything(run: Run) -> None:
             os.killpg(run.controller_pid, signal.SIGTERM)
 
 
-def cancel(run: Run, wait_s: float = 60) -> Run:
+def _log_size(run: Run) -> int:
+    try:
+        return run.log.stat().st_size
+    except OSError:
+        return 0
+
+
+def cancel(run: Run, quiet_s: float = CANCEL_QUIET_S, wait_s: float = CANCEL_WAIT_S) -> Run:
     """Stop the run: its controller (no experiment is saved) and every SLURM job it submitted."""
     state, why = state_and_why(run)
     if state in FINISHED_STATES:
@@ -63,17 +75,27 @@ def cancel(run: Run, wait_s: float = 60) -> Run:
     try:
         # Why: the controller alone is told first; its Snakemake then cancels the run's jobs itself
         # and stops without an "Error in rule" block for each job that the cancel killed (as when
-        # every process and job was signalled at once). What is left after half the wait is stopped.
+        # every process and job was signalled at once). Its local jobs (tracking) still finish, one
+        # after another, which on a busy host takes longer than any fixed grace: everything is
+        # stopped only once the controller's log has been quiet for ``quiet_s`` (or after ``wait_s``).
         told_controller = _tell_controller_to_cancel(run)
-        deadline = time.monotonic() + wait_s
-        forced = False
-        while time.monotonic() < deadline:
+        started = time.monotonic()
+        last_size, last_change = _log_size(run), started
+        forced = not told_controller
+        if forced:
+            _stop_everything(run)
+        while time.monotonic() - started < wait_s:
             if not controller_alive(run) and not jobs_in_workspace(run):
                 break
-            if not forced and (not told_controller or time.monotonic() > deadline - wait_s / 2):
+            size = _log_size(run)
+            if size != last_size:
+                last_size, last_change = size, time.monotonic()
+            if not forced and time.monotonic() - last_change > quiet_s:
                 forced = True
                 _stop_everything(run)
             time.sleep(0.5)
+        else:
+            _stop_everything(run)
         left = jobs_in_workspace(run)
     except SlurmUnavailable as e:
         raise RunError(f"run {run.id}: cancel asked, but {e}. `snakedvc cancel {run.id}` again finishes it.") from None
