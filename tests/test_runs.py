@@ -22,8 +22,8 @@ from snakedvc.engine.report import slurm_jobs
 from snakedvc.engine.runs import RunError, find_run, resume
 from snakedvc.engine.runs.state import submitted_slurm_jobs
 from snakedvc.engine.runs.submission import sbatch_command
-from snakedvc.engine.runs.workspace import controller_settings, freeze
-from tests.conftest import SMALL_RUN, dvc_experiments, dvc_project, md5, trainers_in
+from snakedvc.engine.runs.workspace import controller_settings, earlier_outputs, freeze
+from tests.conftest import SMALL_RUN, dvc_experiments, dvc_project, md5, trainers_in, venv_env
 from tests.conftest import git as git_output
 from tests.waiting import wait_until
 
@@ -118,6 +118,47 @@ def test_freeze_holds_uncommitted_and_untracked_files_and_touches_nothing(tmp_pa
     files = set(git(repo, "ls-tree", "-r", "--name-only", commit).split())
     assert files == {".gitignore", "code.py", "staged.py", "new.py"}
     assert git(repo, "show", f"{commit}:code.py") == "v2"
+
+
+TRACKED_SWEEP = """
+rule all:
+    input: "results/sweeps/s1/t1/out.txt.dvc"
+rule make:
+    output: "results/sweeps/s1/t1/out.txt"
+    shell: "echo trial > {output}"
+rule track:
+    input: "{path}"
+    output: "{path}.dvc"
+    shell: "dvc add -q {input}"
+"""
+
+
+def test_a_run_is_frozen_without_what_an_earlier_sweep_left_dvcs_gitignore_included(tmp_path: Path) -> None:
+    repo = tmp_path / "r"
+    repo.mkdir()
+    for args in (["init", "-q", "-b", "main"], ["config", "user.email", "t@example.com"], ["config", "user.name", "t"]):
+        git(repo, *args)
+    (repo / "Snakefile").write_text(TRACKED_SWEEP)
+    (repo / ".gitignore").write_text(".snakemake/\n")
+    subprocess.run(["dvc", "init", "-q"], cwd=repo, check=True, env=venv_env())
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", "first")
+    # An earlier sweep, tracked by DVC as the kit's track rule does: out.txt.dvc and DVC's .gitignore.
+    subprocess.run([sys.executable, "-m", "snakemake", "--cores", "1", "--quiet"], cwd=repo, check=True, env=venv_env())
+    sweep_ignore = "results/sweeps/s1/t1/.gitignore"
+    assert (repo / sweep_ignore).read_text() == "/out.txt\n"
+    (repo / "notes").mkdir()  # the user's own, untracked: code, kept
+    (repo / "notes" / ".gitignore").write_text("*.tmp\n")
+    (repo / "mixed").mkdir()  # DVC's line beside the user's: kept
+    (repo / "mixed" / ".gitignore").write_text("/out.txt\n*.tmp\n")
+
+    left_out = earlier_outputs(repo)
+    commit, _ = freeze(repo, "frozen", left_out)
+
+    files = set(git(repo, "ls-tree", "-r", "--name-only", commit).split())
+    assert sweep_ignore in left_out and "results/sweeps/s1/t1/out.txt.dvc" in left_out
+    assert not any(f.startswith("results/") for f in files), files
+    assert {"notes/.gitignore", "mixed/.gitignore", "Snakefile"} <= files
 
 
 @pytest.mark.slow

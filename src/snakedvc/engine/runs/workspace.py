@@ -47,15 +47,35 @@ def freeze(root: Path, message: str, leave_out: Sequence[str] = ()) -> tuple[str
 
 def earlier_outputs(root: Path) -> list[str]:
     """What earlier runs left in the repository: every output Snakemake has a record of, the params
-    file the kit wrote for the last run, and the untracked files a step wrote beside its declared
-    outputs (in a folder, other than the project's own, that holds one; DVC's .gitignore files stay)."""
+    file the kit wrote for the last run, the untracked files a step wrote beside its declared
+    outputs (in a folder, other than the project's own, that holds one), and the .gitignore files
+    DVC wrote for those outputs alone (an earlier sweep's results/sweeps/<name>/.gitignore). A
+    .gitignore that lists anything else stays: it is the user's."""
     record = read_record(root) or {}
     params = [record["params"]] if record.get("params") and (root / record["params"]).is_file() else []
     outputs = {*snakemake_outputs(root), *params}
     folders = {str(Path(path).parent) for path in outputs} - {"."}
     untracked = git(root, "ls-files", "-z", "--others", "--exclude-standard").split("\0")
     beside = {path for path in untracked if str(Path(path).parent) in folders and Path(path).name != ".gitignore"}
-    return sorted(outputs | beside)
+    dvc_ignores = {
+        path
+        for path in untracked
+        if Path(path).name == ".gitignore" and _lists_only_tracked_outputs(root, Path(path), outputs)
+    }
+    return sorted(outputs | beside | dvc_ignores)
+
+
+def _lists_only_tracked_outputs(root: Path, gitignore: Path, outputs: set[str]) -> bool:
+    """Whether every line of ``gitignore`` is one DVC writes ('/<name>') for an output whose
+    <name>.dvc is among ``outputs`` (an earlier run's tracking)."""
+    try:
+        lines = [line.strip() for line in (root / gitignore).read_text().splitlines()]
+    except (OSError, UnicodeDecodeError):
+        return False
+    names = [line for line in lines if line and not line.startswith("#")]
+    return bool(names) and all(
+        name.startswith("/") and (gitignore.parent / name[1:]).as_posix() + ".dvc" in outputs for name in names
+    )
 
 
 def check_workflow_loads(root: Path, profile: str, snakemake_args: Sequence[str]) -> None:
