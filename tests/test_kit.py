@@ -378,3 +378,28 @@ def test_the_public_api_is_what_the_docs_list_capability_by_capability() -> None
     ]
     assert sorted(listed) == sorted(names)
     assert f"That is {len(names)} names for everything" in readme
+
+
+FLAKY_SNAKEFILE = """
+rule flaky:
+    output: "done.txt"
+    log: "logs/flaky.log"
+    resources: try_number=lambda wildcards, attempt: attempt
+    shell: "echo 'attempt {resources.try_number} says why' > {log}; test {resources.try_number} -ge 2 && touch {output}"
+"""
+
+
+def test_a_local_retry_keeps_the_last_attempts_log_as_slurm_does(tmp_path: Path) -> None:
+    # The kit's local profile, in a project of its own (no DVC: nothing to record).
+    (tmp_path / "Snakefile").write_text(FLAKY_SNAKEFILE)
+    local = REPO / "profiles" / "local"
+    proc = subprocess.run(
+        [sys.executable, "-m", "snakemake", "--profile", str(local), "--retries", "1", "--cores", "1"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert (tmp_path / "logs/flaky.attempt1.log").read_text() == "attempt 1 says why\n"
+    assert (tmp_path / "logs/flaky.log").read_text() == "attempt 2 says why\n"
+    assert "attempt 2: the last attempt's log is kept as logs/flaky.attempt1.log" in proc.stderr

@@ -6,6 +6,7 @@ import logging
 import os
 import sys
 from pathlib import Path
+from typing import Any
 
 FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
@@ -46,3 +47,23 @@ def show_kit_messages(level: int = logging.INFO) -> None:
         kit.addHandler(handler)
     if kit.level == logging.NOTSET:
         kit.setLevel(level)
+
+
+def keep_earlier_attempt_logs(job: Any) -> list[Path]:
+    """Before attempt N of a retried job: move each of its rule logs (`log:`) that holds something
+    to ``<stem>.attempt<N-1><suffix>`` (logs/train.log -> logs/train.attempt1.log), so the retry's
+    fresh log does not erase what made the last attempt fail. Returns the kept files.
+
+    Both of the kit's executors call it (snakedvc-local, snakedvc-slurm): one behaviour whichever
+    runs the job. A group job's members keep theirs in their own run."""
+    attempt = getattr(job, "attempt", 1)
+    if attempt <= 1 or job.is_group():
+        return []
+    kept = []
+    for log in job.log:
+        path = Path(log)
+        if path.is_file() and path.stat().st_size:
+            earlier = path.with_name(f"{path.stem}.attempt{attempt - 1}{path.suffix}")
+            path.replace(earlier)
+            kept.append(earlier)
+    return kept

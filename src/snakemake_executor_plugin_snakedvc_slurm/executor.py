@@ -79,6 +79,7 @@ from snakemake_interface_common.exceptions import WorkflowError
 from snakemake_interface_executor_plugins.executors.base import SubmittedJobInfo
 
 from snakedvc import slurm
+from snakedvc.logs import keep_earlier_attempt_logs
 
 # States of a job that is still queued or running: such a job needs nothing from the plugin this round.
 from snakedvc.slurm import ACTIVE_STATES
@@ -586,19 +587,10 @@ class Executor(SlurmExecutor):
             return None  # the plugin reports a broken file itself
 
     def _keep_earlier_attempt_logs(self, job: Any) -> None:
-        # Why: a retried job writes its rule log (`log:`) afresh, and what made the first attempt fail
-        # was lost. The earlier attempt's log is kept beside it: logs/train.log -> logs/train.attempt1.log.
-        attempt = getattr(job, "attempt", 1)
-        if attempt <= 1 or job.is_group():
-            return
-        for log in job.log:
-            path = Path(log)
-            if path.is_file() and path.stat().st_size:
-                kept = path.with_name(f"{path.stem}.attempt{attempt - 1}{path.suffix}")
-                path.replace(kept)
-                self.logger.info(
-                    f"Job {job.jobid} (rule {job.name}), attempt {attempt}: the last attempt's log is kept as {kept}"
-                )
+        for kept in keep_earlier_attempt_logs(job):
+            self.logger.info(
+                f"Job {job.jobid} (rule {job.name}), attempt {job.attempt}: the last attempt's log is kept as {kept}"
+            )
 
     def report_job_submission(self, job_info: SubmittedJobInfo) -> None:
         if job_info.external_jobid:
