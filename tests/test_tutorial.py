@@ -12,14 +12,16 @@ from __future__ import annotations
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 import yaml
 
-from tests.conftest import REPO, dvc, git, slurm_jobs_by_rule, trainers_in
+from tests.conftest import REPO, dvc, folder_files, git, slurm_jobs_by_rule, trainers_in
 from tests.test_records import shown_experiments
 from tests.waiting import text_of, wait_until
 
@@ -146,6 +148,74 @@ def test_the_tutorials_train_py_lines_are_the_ones_the_tutorial_project_uses() -
     snakefile = tutorial_blocks()["Snakefile"]
     assert sum("# kit" in line for line in snakefile.splitlines()) == 11
     assert len(shown) == 8
+
+
+def test_the_tutorials_train_py_resumed_mid_epoch_logs_what_an_uninterrupted_run_logs(tmp_path: Path) -> None:
+    """The tutorial's train.py, with the `live=` its text offers: SIGTERM mid-epoch, rerun, and the
+    printed and logged metrics, the dvclive folder, the model and the metrics file are byte-equal
+    to a run that was never stopped."""
+    train = TRAIN.replace(
+        "resume = Resumable(vars(args), inputs=[args.data])",
+        'resume = Resumable(vars(args), inputs=[args.data], live="live")',
+    )
+    assert train != TRAIN
+    (tmp_path / "prepare.py").write_text(PREPARE)
+    run(tmp_path, sys.executable, "prepare.py", "--output", "data.npz")
+
+    def trainer(folder: Path) -> subprocess.Popen[str]:
+        folder.mkdir(exist_ok=True)
+        (folder / "train.py").write_text(train)
+        # A wider layer than the default: an epoch of ~20 ms, long enough to stop it in the middle.
+        command = [sys.executable, "train.py", "--epochs", "300", "--hidden", "1024", "--data", str(tmp_path / "data.npz"),
+                   "--model", "model.pt", "--metrics", "metrics.json"]  # fmt: skip
+        return subprocess.Popen(command, cwd=folder, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+    def outcome(folder: Path, printed: str, logged: str) -> dict[str, object]:
+        return {
+            "printed": printed,
+            "logged": re.findall(r"epoch \d+: loss [\d.]+", logged),  # resume.log's lines, time stamps aside
+            "live": folder_files(folder / "live"),
+            "model": (folder / "model.pt").read_bytes(),
+            "metrics": (folder / "metrics.json").read_bytes(),
+        }
+
+    straight = trainer(tmp_path / "straight")
+    seen = [(time.monotonic(), line) for line in straight.stdout]  # when each epoch ended
+    printed = "".join(line for _, line in seen)
+    logged = straight.communicate(timeout=300)[1]
+    assert straight.returncode == 0, logged[-2000:]
+    expected = outcome(tmp_path / "straight", printed, logged)
+    assert len(expected["logged"]) == 300 and len(printed.splitlines()) == 300
+
+    # A SIGTERM lands at a step; one that lands between epochs is tried again in a fresh folder.
+    # Sent right at a print it always would (the print ends an epoch): a few ms later, mid-epoch.
+    epoch_s = (seen[-1][0] - seen[50][0]) / (len(seen) - 51)
+    for attempt in range(5):
+        folder = tmp_path / f"stopped{attempt}"
+        stopped = trainer(folder)
+        first_lines = []
+        for line in stopped.stdout:  # train.py prints each epoch: stop it while epoch 6 or later runs
+            first_lines.append(line)
+            if line.startswith("epoch 5 "):
+                time.sleep(epoch_s * (0.3 + 0.1 * attempt))
+                stopped.send_signal(signal.SIGTERM)
+                break
+        rest, first_logged = stopped.communicate(timeout=120)
+        assert stopped.returncode == 75, first_logged[-2000:]
+        again = trainer(folder)
+        second_printed, second_logged = again.communicate(timeout=300)
+        assert again.returncode == 0, second_logged[-2000:]
+        where = re.search(r"resumed from epoch (\d+) step (\d+)", second_logged)
+        assert where, second_logged[-2000:]
+        if int(where[2]) > 0:
+            break
+    else:
+        raise AssertionError("five SIGTERMs each landed between two epochs")
+    resumed = outcome(folder, "".join(first_lines) + rest + second_printed, first_logged + second_logged)
+    assert resumed["printed"] == expected["printed"]
+    assert resumed["logged"] == expected["logged"]
+    assert resumed["live"] == expected["live"] and "metrics.json" in expected["live"]
+    assert resumed["model"] == expected["model"] and resumed["metrics"] == expected["metrics"]
 
 
 @pytest.fixture(scope="module")
