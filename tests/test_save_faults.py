@@ -1,6 +1,8 @@
 """Faults while a run is recorded, made for real: a git lock held by another process, the DVC cache on
-a full filesystem, an unreachable DVC remote. Each ends with the earlier experiments intact, no
-half-saved experiment, a message naming the cause and what to do, and a rerun that completes."""
+a full filesystem (during `dvc add`, and filled before `dvc exp save`), the controller killed in its
+save, an unreachable DVC remote, the user committing mid-run. Each ends with the earlier experiments
+intact, no half-saved experiment, a message naming the cause and what to do, and a rerun that
+completes. Where a run can be on SLURM, each is made there too (the test cluster)."""
 
 from __future__ import annotations
 
@@ -58,6 +60,16 @@ def run_named(name: str, lr: float = 0.01) -> list[str]:
     return ["--cores", "1", "--config", f"train={{lr: {lr}}}", f"snakedvc={{experiment: {{name: {name}}}}}"]
 
 
+ON_SLURM_TOO = pytest.mark.parametrize("where", ["local", pytest.param("slurm", marks=pytest.mark.slurm)])
+
+
+def profile(where: str, request: pytest.FixtureRequest) -> list[str]:
+    """The kit's profile for ``where``: on SLURM the run's train step is a job on the test cluster."""
+    if where == "slurm":
+        request.getfixturevalue("slurm_cluster")
+    return ["--profile", str(Path(__file__).resolve().parents[1] / "src/snakedvc/profiles" / where)]
+
+
 def experiments(project: Path) -> dict[str, float]:
     return {name: e["params"]["train"]["lr"] for name, e in dvc_experiments(project).items()}
 
@@ -66,18 +78,22 @@ def said(proc: subprocess.CompletedProcess[str]) -> str:
     return proc.stdout + proc.stderr
 
 
-def test_git_index_locked_by_another_process(project: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+@ON_SLURM_TOO
+def test_git_index_locked_by_another_process(
+    project: Path, monkeypatch: pytest.MonkeyPatch, where: str, request: pytest.FixtureRequest
+) -> None:
+    on = profile(where, request)
     monkeypatch.setenv("SNAKEDVC_GIT_LOCK_WAIT_S", "2")
     lock = project / ".git/index.lock"
     lock.write_text("")  # as a git command of the user's holds it
     (project / "out/model.bin").unlink()
-    failed = run_snakemake(project, *run_named("second", 0.02), check=False)
+    failed = run_snakemake(project, *on, *run_named("second", 0.02), check=False)
     assert failed.returncode != 0
     assert f"git's index is locked by another git process ({lock} exists)" in said(failed)
     assert "No experiment was saved, and none was half-saved" in said(failed)
     assert experiments(project) == {"first": 0.01}
     lock.unlink()  # the user's git command ends
-    rerun = run_snakemake(project, *run_named("second", 0.02))
+    rerun = run_snakemake(project, *on, *run_named("second", 0.02))
     assert "an earlier run's experiment was not saved (its save failed): saving it first" in said(rerun)
     assert experiments(project) == {"first": 0.01, "second": 0.02}
     assert not (project / ".snakedvc/pending-save.json").exists()
@@ -112,6 +128,42 @@ def test_the_dvc_cache_on_a_full_filesystem(project: Path, small_cache: Path) ->
     assert dvc(project, "status", "--quiet", check=False).returncode == 0
 
 
+def test_the_dvc_cache_filled_between_dvc_add_and_dvc_exp_save(project: Path, small_cache: Path) -> None:
+    """Another process fills the cache's filesystem once the output's `dvc add` is done, before the
+    run's `dvc exp save`: the save writes nothing there (the outputs are cached), so the run is
+    recorded, and the filesystem is as full after it."""
+    import sys
+    import threading
+    import time
+
+    from tests.waiting import wait_until
+
+    pointer, filler, pending = (
+        project / "out/model.bin.dvc",
+        small_cache / "filler",
+        project / ".snakedvc/pending-save.json",
+    )
+    filled_while: list[bool] = []
+
+    def fill_once_added() -> None:
+        wait_until(pointer.is_file, "the output's dvc add", 120, poll=0.01)
+        subprocess.run(["dd", "if=/dev/zero", f"of={filler}", "bs=1k"], capture_output=True)  # until ENOSPC
+        filled_while.append(pending.exists())  # whether the save had begun: it must not have
+
+    (project / "out/model.bin").unlink()
+    pointer.unlink()
+    filling = threading.Thread(target=fill_once_added, daemon=True)
+    filling.start()
+    started = time.monotonic()
+    run = subprocess.run([sys.executable, "-m", "snakemake", *run_named("filled", 0.07)], cwd=project,
+                         capture_output=True, text=True, timeout=300)  # fmt: skip
+    filling.join(timeout=60)
+    assert filled_while == [False], "the cache was filled only after the save began: nothing was tested"
+    assert run.returncode == 0, said(run)[-3000:]
+    assert os.statvfs(small_cache).f_bavail == 0 and filler.stat().st_size > 0
+    assert experiments(project) == {"first": 0.01, "filled": 0.07}, time.monotonic() - started
+
+
 def test_an_unreachable_dvc_remote_keeps_the_saved_experiment_and_says_how_to_push(
     project: Path, tmp_path: Path
 ) -> None:
@@ -136,19 +188,22 @@ def test_an_unreachable_dvc_remote_keeps_the_saved_experiment_and_says_how_to_pu
     assert os.listdir(gone)  # the data reached the remote
 
 
-def test_the_controller_killed_while_saving_then_resumed(project: Path) -> None:
+@ON_SLURM_TOO
+def test_the_controller_killed_while_saving_then_resumed(
+    project: Path, where: str, request: pytest.FixtureRequest
+) -> None:
     """A detached run's controller (its machine) is lost in the middle of its save; `snakedvc resume`
-    then saves that run's experiment, once."""
+    then saves that run's experiment, once. On SLURM the controller is a job, and its train step
+    another: the controller's job is killed (SIGKILL to every process of it, as a node lost)."""
     import json
     import signal
     import sys
     import time
 
-    from tests.waiting import wait_until
+    from tests.waiting import text_of, wait_until
 
-    profile = Path(__file__).resolve().parents[1] / "src/snakedvc/profiles/local"
     submitted = subprocess.run(
-        [sys.executable, "-m", "snakedvc", "submit", "--profile", str(profile), "--name", "lost", "--",
+        [sys.executable, "-m", "snakedvc", "submit", *profile(where, request), "--name", "lost", "--",
          "--config", "train={lr: 0.05}", "pause=4"],
         cwd=project, capture_output=True, text=True, check=True,
     )  # fmt: skip
@@ -159,9 +214,16 @@ def test_the_controller_killed_while_saving_then_resumed(project: Path) -> None:
     lock.write_text("")  # the save will wait on it: the controller is killed in the middle of the save
     pending = workspace / ".snakedvc/pending-save.json"
     wait_until(pending.is_file, "the run's save to begin", 120, poll=0.2)
-    controller = json.loads((run_dir / "run.json").read_text())["controller_pid"]
-    os.killpg(controller, signal.SIGKILL)
-    time.sleep(1)
+    record = json.loads((run_dir / "run.json").read_text())
+    if where == "slurm":
+        (job,) = record["controller_jobs"]
+        subprocess.run(["scancel", "--signal=KILL", "--full", job], check=True)
+        queued = ["squeue", "-h", "-j", job, "-o", "%i"]
+        gone = lambda: not subprocess.run(queued, capture_output=True, text=True).stdout.strip()  # noqa: E731
+        wait_until(gone, f"controller job {job} gone", 60, poll=0.5)
+    else:
+        os.killpg(record["controller_pid"], signal.SIGKILL)
+        time.sleep(1)
     lock.unlink()
     assert "lost" not in experiments(project)
     resumed = subprocess.run([sys.executable, "-m", "snakedvc", "resume", run_id], cwd=project, capture_output=True,
@@ -175,12 +237,22 @@ def test_the_controller_killed_while_saving_then_resumed(project: Path) -> None:
         return state if state["state"] not in ("queued", "running") else None
 
     state = wait_until(ended, f"run {run_id} to end", 180, poll=1)
-    assert state["state"] == "done" and state["experiments"] == ["lost"], state
+    assert state["state"] == "done" and state["experiments"] == ["lost"], (
+        state,
+        text_of(run_dir / "controller.log")[-3000:],
+    )
     assert experiments(project) == {"first": 0.01, "lost": 0.05}
     assert not pending.exists()
+    if where == "slurm":  # two controller jobs (the killed one, resume's), the train step a SLURM job too
+        after = json.loads((run_dir / "run.json").read_text())
+        assert len(after["controller_jobs"]) == 2 and after["controller_jobs"][0] == job, after
+        assert state["slurm_jobs"], state
 
 
-def test_the_user_commits_to_the_branch_while_a_run_is_going(project: Path) -> None:
+@ON_SLURM_TOO
+def test_the_user_commits_to_the_branch_while_a_run_is_going(
+    project: Path, where: str, request: pytest.FixtureRequest
+) -> None:
     """`dvc exp save` builds on HEAD: the record said the run ran on the user's new commit, code it
     never saw. It is put on the commit the run started from."""
     import sys
@@ -189,7 +261,7 @@ def test_the_user_commits_to_the_branch_while_a_run_is_going(project: Path) -> N
 
     start = git(project, "rev-parse", "HEAD").strip()
     run = subprocess.Popen(
-        [sys.executable, "-m", "snakemake", *run_named("during", 0.06), "pause=6"],
+        [sys.executable, "-m", "snakemake", *profile(where, request), *run_named("during", 0.06), "pause=6"],
         cwd=project, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
     )  # fmt: skip
     claim = project / ".git/snakedvc-names/during"  # made as the run starts (its Snakefile read)
