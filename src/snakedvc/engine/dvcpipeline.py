@@ -403,13 +403,10 @@ def dry_run(
 
 def check_name_is_free(name: str, root: Path) -> None:
     """Before any job, as `dvc exp run -n` checks: a valid name no experiment of this repository has."""
-    from snakedvc.engine.names import validate_experiment_name
+    from snakedvc.engine.names import experiment_refs, validate_experiment_name
 
     validate_experiment_name(name)
-    refs = subprocess.run(
-        ["git", "for-each-ref", "--format=%(refname)", "refs/exps"], cwd=root, capture_output=True, text=True
-    ).stdout.split()
-    if any(ref.rsplit("/", 1)[-1] == name for ref in refs):
+    if name in experiment_refs(root):
         raise PipelineError(
             f"experiment {name!r} exists already (dvc exp show): another -n, or `dvc exp remove {name}`"
         )

@@ -46,12 +46,24 @@ class NameTaken(ValueError):
 REPLACE_HINT = "replace it on purpose with snakedvc={experiment: {replace: true}} (DVC's `exp save -f`)"
 
 
-def experiment_ref(name: str, root: str | Path = ".") -> str | None:
-    """The ref of the experiment named ``name`` (refs/exps/<baseline>/<name>), or None."""
+def experiment_refs(root: str | Path = ".") -> dict[str, str]:
+    """Every experiment of the repository, name -> ref, as DVC keeps them: refs/exps/<2>/<38>/<name>
+    (the baseline commit's hash split, then the name). DVC's own scratch refs (refs/exps/exec/…,
+    refs/exps/runs/…) are no experiments. The one reading of the layout: names, saves, restores."""
     proc = subprocess.run(
         ["git", "for-each-ref", "--format=%(refname)", "refs/exps"], cwd=root, capture_output=True, text=True
     )
-    return next((ref for ref in proc.stdout.split() if ref.rsplit("/", 1)[-1] == name), None)
+    found = {}
+    for ref in proc.stdout.split():
+        parts = ref.split("/")
+        if len(parts) == 5 and len(parts[2]) == 2 and len(parts[3]) == 38:
+            found[parts[4]] = ref
+    return found
+
+
+def experiment_ref(name: str, root: str | Path = ".") -> str | None:
+    """The ref of the experiment named ``name`` (refs/exps/<baseline>/<name>), or None."""
+    return experiment_refs(root).get(name)
 
 
 def describe_experiment(ref: str, root: str | Path = ".") -> str:

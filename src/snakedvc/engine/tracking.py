@@ -28,7 +28,13 @@ from typing import Any
 import yaml
 
 from snakedvc.engine.config import KEY
-from snakedvc.engine.names import EXPERIMENT_NAME_ENV, EXPERIMENT_REPLACE_ENV, SKIP_SAVE_ENV, validate_experiment_name
+from snakedvc.engine.names import (
+    EXPERIMENT_NAME_ENV,
+    EXPERIMENT_REPLACE_ENV,
+    SKIP_SAVE_ENV,
+    experiment_ref,
+    validate_experiment_name,
+)
 from snakedvc.engine.records import dvc_root, git_prefix, record_paths, within
 from snakedvc.engine.settings import Experiment
 from snakedvc.engine.settings import settings as kit_settings
@@ -306,10 +312,9 @@ def wait_for_git_index(root: Path | str = ".") -> None:
 
 
 def _drop_experiment(name: str, root: Path | str) -> None:
-    refs = _git(root, "for-each-ref", "--format=%(refname)", "refs/exps").split()
-    for ref in refs:
-        if ref.rsplit("/", 1)[-1] == name:
-            subprocess.run(["git", "update-ref", "-d", ref], cwd=root, capture_output=True)
+    ref = experiment_ref(name, root)
+    if ref is not None:
+        subprocess.run(["git", "update-ref", "-d", ref], cwd=root, capture_output=True)
 
 
 def note_saved(saved: str) -> None:
@@ -348,6 +353,13 @@ def _git(root: Path | str, *args: str, env: dict[str, str] | None = None, stdin:
 SNAKEMAKE_STAMP = ".snakemake_timestamp"
 
 
+def _saved_ref(name: str, root: Path | str) -> str:
+    ref = experiment_ref(name, root)
+    if ref is None:
+        raise TrackingError(f"experiment {name!r} was saved but no ref refs/exps/.../{name} exists")
+    return ref
+
+
 def trim_experiment(name: str, keep: Sequence[str], records: Sequence[str], root: Path | str = ".") -> list[str]:
     """Rewrite an experiment's commit to hold only its own run's results; returns the paths left out.
 
@@ -357,10 +369,7 @@ def trim_experiment(name: str, keep: Sequence[str], records: Sequence[str], root
     ``keep``, and DVC's scratch files (3.x force-adds its packed arguments, .dvc/tmp/repro.dat).
     The new commit has the same parents, author and message; the experiment's ref points at it.
     """
-    refs = _git(root, "for-each-ref", "--format=%(refname)", "refs/exps").split()
-    ref = next((r for r in refs if r.rsplit("/", 1)[-1] == name), None)
-    if ref is None:
-        raise TrackingError(f"experiment {name!r} was saved but no ref refs/exps/.../{name} exists")
+    ref = _saved_ref(name, root)
     old = _git(root, "rev-parse", ref)
     # git names files from the repository's top; keep and records are the run's folder's.
     prefix = git_prefix(root)
@@ -408,10 +417,7 @@ def rebase_experiment(name: str, baseline: str, root: Path | str = ".") -> bool:
     say the run ran on code it never saw. The new commit is ``baseline``'s tree with the files the
     experiment's commit changed (the run's own), its parent ``baseline``; its ref is DVC's name for
     an experiment of ``baseline`` (refs/exps/<2>/<38>/<name>). Returns whether it moved."""
-    refs = _git(root, "for-each-ref", "--format=%(refname)", "refs/exps").split()
-    ref = next((r for r in refs if r.rsplit("/", 1)[-1] == name), None)
-    if ref is None:
-        raise TrackingError(f"experiment {name!r} was saved but no ref refs/exps/.../{name} exists")
+    ref = _saved_ref(name, root)
     old = _git(root, "rev-parse", ref)
     parent = _git(root, "rev-parse", f"{old}^")
     baseline = _git(root, "rev-parse", baseline)
@@ -494,8 +500,7 @@ with Repo(sys.argv[1]) as repo:
 
 
 def _apply_experiment(name: str, root: Path | str = ".") -> None:
-    refs = _git(root, "for-each-ref", "--format=%(refname)", "refs/exps").split()
-    ref = next((r for r in refs if r.rsplit("/", 1)[-1] == name), None)
+    ref = experiment_ref(name, root)
     if ref is None:
         raise TrackingError(f"no experiment named {name!r} (dvc exp show -A lists them)")
     changed = _git(root, "diff", "--name-only", "-z", "HEAD", ref).split("\0")

@@ -37,6 +37,7 @@ from snakedvc.engine.names import (
     NameTaken,
     check_name_is_free,
     claim_name,
+    experiment_refs,
     validate_experiment_name,
 )
 from snakedvc.engine.records import dvc_root, mark_started
@@ -136,7 +137,7 @@ def _check_names(kit: Settings, saved_now: Sequence[str] = ()) -> None:
     replace = kit.experiment.replace or os.environ.get(EXPERIMENT_REPLACE_ENV) == "1"
     try:
         if kit.sweep.enabled:
-            trials = [ref for ref in _experiment_names() if ref.startswith(f"{kit.sweep.name}-t")]
+            trials = [name for name in experiment_refs() if name.startswith(f"{kit.sweep.name}-t")]
             if trials and not replace:
                 raise NameTaken(
                     f"sweep {kit.sweep.name!r} has saved trial experiments already ({', '.join(trials[:3])}"
@@ -147,11 +148,6 @@ def _check_names(kit: Settings, saved_now: Sequence[str] = ()) -> None:
             claim_name(name)
     except NameTaken as error:
         raise ConfigError(f"{KEY}: {error}") from None
-
-
-def _experiment_names() -> list[str]:
-    proc = subprocess.run(["git", "for-each-ref", "--format=%(refname)", "refs/exps"], capture_output=True, text=True)
-    return [ref.rsplit("/", 1)[-1] for ref in proc.stdout.split()]
 
 
 def _check_without_schema(workflow: Any, overrides: Mapping[str, Any]) -> None:
