@@ -64,8 +64,10 @@ def test_scancel_then_retry_resumes(slurm_cluster, project: Path) -> None:
     wait_for_log(project, "epoch 300 ", snakemake)
     # The SLURM job's dvclive folder, read from the submit host through the shared filesystem, grows.
     live = project / "results/model/live"
-    first = read_progress(live)
-    assert first is not None and first.epoch >= 300
+    # (the log's line can come before the folder's write reaches this host: waited for, not assumed)
+    first = wait_until(
+        lambda: (found := read_progress(live)) and found.epoch >= 300 and found, "dvclive's epoch 300", 60, 0.1
+    )
     wait_until(lambda: (read_progress(live) or first).epoch != first.epoch, "the running job's epoch to move", 60, 0.1)
     subprocess.run(["scancel", running_train_job()], check=True)
     output = finish(snakemake)
