@@ -18,8 +18,9 @@ import pytest
 import yaml
 
 from snakedvc.engine.dvcpipeline import PipelineError, kit_profile, read_plan
+from snakedvc.engine.names import experiment_ref
 from tests.conftest import git, slurm_jobs_by_rule
-from tests.test_tutorial import BIN, run
+from tests.test_tutorial import BIN, ENV, run
 from tests.waiting import wait_until
 
 pytestmark = pytest.mark.slow
@@ -168,7 +169,14 @@ def test_exp_run_records_what_dvc_exp_run_records(project: Path) -> None:
     # Nothing changed: no job. One param changed: the stages `dvc repro` runs (measured: `dvc repro
     # --dry` lists only 'train', the stage whose param changed; the real run goes on to 'evaluate',
     # whose input train then changes).
-    assert "Nothing to be done" in snakedvc(by_kit, "exp", "run").stdout
+    # Nothing changed: no job runs, and the experiment is saved all the same, as `dvc exp run` saves one.
+    ran = len(list((by_kit / ".snakedvc/pipeline").glob("*/ran/*")))
+    again = snakedvc(by_kit, "exp", "run").stdout.strip()
+    by_dvc_again = re.search(r"Ran experiment\(s\): (\S+)", dvc(by_dvc, "exp", "run").stdout)
+    assert by_dvc_again and again not in ("same", "")
+    assert experiment(by_kit, again) == experiment(by_dvc, by_dvc_again[1]) == experiment(by_kit, "same")
+    assert len(list((by_kit / ".snakedvc/pipeline").glob("*/ran/*"))) == ran  # no stage ran
+    assert git(by_kit, "status", "--porcelain") == git(by_dvc, "status", "--porcelain")
     for repo in (by_dvc, by_kit):
         (repo / "params.yaml").write_text(yaml.safe_dump({**PARAMS, "train": {"lr": 0.3, "epochs": 4}}))
     assert list(read_plan(by_kit, "x").run) == ["train", "evaluate"]
@@ -176,7 +184,7 @@ def test_exp_run_records_what_dvc_exp_run_records(project: Path) -> None:
     assert ran == ["train", "evaluate"]
     plans = len(list((by_kit / ".snakedvc/pipeline").iterdir()))
     taken = snakedvc(by_kit, "exp", "run", "-n", "same", check=False)
-    assert taken.returncode == 1 and "experiment 'same' exists already" in taken.stderr
+    assert taken.returncode == 255 and "experiment 'same' exists already" in taken.stderr
     assert len(list((by_kit / ".snakedvc/pipeline").iterdir())) == plans  # refused before any job
     snakedvc(by_kit, "exp", "run", "-n", "second")
     assert outputs(by_kit) == outputs(by_dvc) and lock(by_kit) == lock(by_dvc)
@@ -192,7 +200,7 @@ def test_targets_run_what_dvc_runs_for_them(project: Path) -> None:
     dry = snakedvc(by_kit, "exp", "run", "--dry", "-S", "prepare.n=7", "combine@b-c").stdout.split()
     assert dry == list(plan) and (by_kit / "params.yaml").read_text() == params  # dry: no file changed
     refused = snakedvc(by_kit, "exp", "run", "--", "--dry-run", check=False)
-    assert refused.returncode == 1 and "a dry run is `snakedvc exp run --dry`" in refused.stderr
+    assert refused.returncode == 255 and "a dry run is `snakedvc exp run --dry`" in refused.stderr
     ran = re.findall(r"Running stage '([^']+)'", dvc(by_dvc, "exp", "run", "-n", "pair", "combine@b-c").stdout)
     snakedvc(by_kit, "exp", "run", "-n", "pair", "combine@b-c")
     assert sorted(plan) == sorted(ran) == ["combine@b-c", "featurize@b", "featurize@c", "prepare"]
@@ -201,7 +209,9 @@ def test_targets_run_what_dvc_runs_for_them(project: Path) -> None:
     # A foreach stage's name stands for its items: only featurize@a is left to run.
     assert read_plan(by_kit, "x", targets=["featurize"]).run == ("featurize@a",)
     unknown = snakedvc(by_kit, "exp", "run", "trian", check=False)
-    assert unknown.returncode == 1 and "target 'trian' is no stage of dvc.yaml (its stages: prepare," in unknown.stderr
+    assert (
+        unknown.returncode == 255 and "target 'trian' is no stage of dvc.yaml (its stages: prepare," in unknown.stderr
+    )
 
 
 def test_frozen_and_always_changed_stages_run_as_dvc_runs_them(project: Path) -> None:
@@ -251,7 +261,7 @@ def test_a_second_exp_run_in_one_workspace_is_refused_and_changes_nothing(projec
             lambda: list((repo / ".snakedvc/pipeline").glob("*/plan.json")), "the first run's jobs", 60, proc=first
         )
         second = snakedvc(repo, "exp", "run", "-S", "train.lr=0.9", check=False)
-        assert second.returncode == 1 and "another snakedvc exp run is running in" in second.stderr
+        assert second.returncode == 255 and "another snakedvc exp run is running in" in second.stderr
         assert "0.9" not in (repo / "params.yaml").read_text()
     finally:
         _, stderr = first.communicate(timeout=300)
@@ -272,7 +282,7 @@ def test_a_failing_stage_names_itself_and_keeps_the_stages_before_it(project: Pa
     repo = clone(project, "failing")
     (repo / "params.yaml").write_text(yaml.safe_dump({**PARAMS, "train": {"lr": "oops", "epochs": 3}}))
     proc = snakedvc(repo, "exp", "run", check=False)
-    assert proc.returncode == 1
+    assert proc.returncode == 255  # as dvc exp run exits on an error
     assert "Error in rule stage_train" in proc.stdout + proc.stderr
     log = re.search(r"stage 'train' failed: its log is (\S+) ", proc.stderr)
     assert log and "oops" in (repo / log.group(1)).read_text(), proc.stderr  # the command's own error
@@ -289,7 +299,7 @@ def test_a_pipeline_that_cannot_run_is_refused_before_any_job_or_param_change(pr
 
     def refused(*needles: str) -> None:
         proc = snakedvc(repo, "exp", "run", "-S", "train.lr=0.5", check=False)
-        assert proc.returncode == 1 and all(needle in proc.stderr for needle in needles), proc.stderr
+        assert proc.returncode == 255 and all(needle in proc.stderr for needle in needles), proc.stderr
         assert (repo / "params.yaml").read_text() == params and not (repo / "out").exists()
 
     text = DVC_YAML.replace("      - model.txt\n", "      - model.txt:\n          persist: true\n")
@@ -303,7 +313,7 @@ def test_a_pipeline_that_cannot_run_is_refused_before_any_job_or_param_change(pr
     (repo / "snakedvc.yaml").write_text("resources:\n  trian: {cpus: 2}\n")
     refused("snakedvc.yaml: resources entry 'trian' matches no stage of dvc.yaml")
     typo = snakedvc(repo, "exp", "run", "--profile", "slrum", check=False)
-    assert typo.returncode == 1 and "profile 'slrum': no config.yaml in" in typo.stderr
+    assert typo.returncode == 255 and "profile 'slrum': no config.yaml in" in typo.stderr
 
 
 def accounted(ids: list[str], steps: bool = False) -> dict[str, dict[str, str]]:
@@ -364,7 +374,7 @@ def test_a_stage_cancelled_by_scancel_fails_the_run_naming_it(tmp_path: Path, sl
     finally:
         if run.poll() is None:
             run.kill()
-    assert run.returncode == 1
+    assert run.returncode == 255
     log = re.search(r"stage 'second' failed: its log is (\S+) \(its command: sleep 300 && echo 2", stderr)
     assert log and (repo / log.group(1)).exists(), stderr
     assert "Committed to dvc.lock: first; no experiment was saved" in stderr
@@ -401,3 +411,90 @@ def test_a_never_run_pipeline_in_a_subfolder_is_neither_run_nor_committed(tmp_pa
         )
         assert git(repo, "diff", "--name-only", "HEAD", ref, "--", "other").strip() == ""
     assert experiment(by_kit, "mine") == experiment(by_dvc, "mine")
+
+
+ENV_STAGE = """\
+stages:
+  train:
+    cmd: echo "$OMP_NUM_THREADS|$MKL_NUM_THREADS|$DVC_EXP_NAME|$DVC_EXP_BASELINE_REV" > out/deep/seen.txt
+    params: [train.lr]
+    outs: [out/deep/seen.txt]
+"""
+
+
+def test_a_stage_sees_what_dvc_exp_run_gives_it_and_errors_are_dvcs(tmp_path: Path) -> None:
+    """The folder of an output made before the command (DVC makes it), DVC_EXP_NAME and
+    DVC_EXP_BASELINE_REV set, the thread variables as the user has them (not Snakemake's
+    OMP_NUM_THREADS=<threads>): the stage writes the same bytes both ways. A stage whose cpus
+    snakedvc.yaml gives gets them as its limit. A bad -S says what DVC says, with DVC's exit code."""
+    origin = dvc_project(tmp_path / "origin", {"params.yaml": "train:\n  lr: 0.1\n", "dvc.yaml": ENV_STAGE})
+    by_dvc, by_kit = clone(origin, "by-dvc"), clone(origin, "by-kit")
+    env = {**ENV, "OMP_NUM_THREADS": "7"}
+    env.pop("MKL_NUM_THREADS", None)
+
+    def both(*args: str) -> tuple[subprocess.CompletedProcess[str], subprocess.CompletedProcess[str]]:
+        return tuple(
+            subprocess.run([str(BIN / tool), "exp", "run", *args], cwd=repo, env=env, capture_output=True, text=True)
+            for tool, repo in (("dvc", by_dvc), ("snakedvc", by_kit))
+        )  # type: ignore[return-value]
+
+    named = both("-n", "seen", "-S", "train.lr=0.2")
+    assert [p.returncode for p in named] == [0, 0], named[1].stderr[-2000:]
+    head = git(origin, "rev-parse", "HEAD").strip()
+    seen = (by_kit / "out/deep/seen.txt").read_text()
+    assert seen == (by_dvc / "out/deep/seen.txt").read_text() == f"7||seen|{head}\n"
+    assert lock(by_kit) == lock(by_dvc)
+
+    # No -n: DVC's kind of random name, chosen before the stage ran, the one the experiment gets.
+    (unnamed,) = both("-S", "train.lr=0.3")[1:]
+    name = unnamed.stdout.strip()
+    assert re.fullmatch(r"[a-z]+-[a-z]+", name), unnamed.stdout
+    assert (by_kit / "out/deep/seen.txt").read_text() == f"7||{name}|{head}\n"
+    assert experiment(by_kit, name)["params"]["params.yaml"]["data"]["train"]["lr"] == 0.3
+
+    # cpus in snakedvc.yaml: the job's thread limit, as for a Snakefile rule with threads.
+    (by_kit / "snakedvc.yaml").write_text("resources:\n  train: {cpus: 2}\n")
+    snakedvc(by_kit, "exp", "run", "-S", "train.lr=0.4")
+    assert (by_kit / "out/deep/seen.txt").read_text().startswith("2|2|")
+
+    bad = both("-S", "train.lrr=0.1")
+    assert [p.returncode for p in bad] == [255, 255]
+    assert "To append to your config use +train.lrr=0.1" in bad[0].stderr
+    assert "To append to your config use +train.lrr=0.1" in bad[1].stderr, bad[1].stderr
+
+
+CACHED_METRICS = """\
+stages:
+  evaluate:
+    cmd:
+      - mkdir -p eval/plots
+      - echo '{"score":${train.lr}}' > eval/metrics.json
+      - printf 'x,y\\n1,2\\n' > eval/plots/p.csv
+    params: [train.lr]
+    outs: [eval]
+metrics: [eval/metrics.json]
+plots: [eval/plots]
+"""
+
+
+def test_the_experiment_commit_holds_what_dvc_exp_runs_holds_and_its_branch_reproduces(tmp_path: Path) -> None:
+    """A cached output folder whose files dvc.yaml's top-level metrics and plots name: `dvc exp save`
+    force-added them to git, `dvc exp run`'s commit never has them; on a branch of that
+    experiment `dvc repro` then refused ("output 'eval' is already tracked by SCM")."""
+    origin = dvc_project(tmp_path / "origin", {"params.yaml": "train:\n  lr: 0.1\n", "dvc.yaml": CACHED_METRICS})
+    by_dvc, by_kit = clone(origin, "by-dvc"), clone(origin, "by-kit")
+    dvc(by_dvc, "exp", "run", "-n", "kept", "-S", "train.lr=0.2")
+    snakedvc(by_kit, "exp", "run", "-n", "kept", "-S", "train.lr=0.2")
+
+    def committed(repo: Path) -> set[str]:
+        ref = experiment_ref("kept", repo)
+        assert ref, "no experiment 'kept'"
+        return set(git(repo, "ls-tree", "-r", "--name-only", ref).split())
+
+    assert committed(by_kit) == committed(by_dvc)
+    assert "eval/metrics.json" not in committed(by_kit) and "dvc.lock" in committed(by_kit)
+    assert experiment(by_kit, "kept") == experiment(by_dvc, "kept")
+    dvc(by_kit, "exp", "branch", "kept", "from-kept")
+    git(by_kit, "checkout", "-q", "-f", "from-kept")  # -f: the workspace holds the run's dvc.lock, untracked
+    reproduced = dvc(by_kit, "repro", check=False)
+    assert reproduced.returncode == 0 and "already tracked by SCM" not in reproduced.stderr, reproduced.stderr

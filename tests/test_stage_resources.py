@@ -29,10 +29,10 @@ def test_globs_apply_in_order_and_the_exact_name_last(tmp_path: Path) -> None:
         "  'featurize@*': {cpus: 2, mem: 2GiB}\n",
     )
     jobs = resources_of(STAGES, given, "snakedvc.yaml")
-    assert jobs["prepare"] == StageResources(1, {"mem_mb": 1000, "runtime": 30})
-    assert jobs["featurize@b"] == StageResources(2, {"mem_mb": 2147, "runtime": 30})
+    assert jobs["prepare"] == StageResources(1, {"mem_mb": 1000, "runtime": 30}, cpus_asked=True)  # the glob's cpus
+    assert jobs["featurize@b"] == StageResources(2, {"mem_mb": 2147, "runtime": 30}, cpus_asked=True)
     # 'train' comes first in the file, yet its own entry wins over the glob '*' that follows it.
-    assert jobs["train"] == StageResources(4, {"mem_mb": 1000, "runtime": 30})
+    assert jobs["train"] == StageResources(4, {"mem_mb": 1000, "runtime": 30}, cpus_asked=True)
 
 
 def test_a_stage_no_entry_names_gets_the_profiles_defaults() -> None:

@@ -53,7 +53,10 @@ def cmd_stage_run(args: argparse.Namespace) -> None:
 
     commands = args.commands[1:] if args.commands[:1] == ["--"] else args.commands
     layout = Layout(args.nodes, args.procs_per_node) if args.procs_per_node else None
-    raise SystemExit(run_stage(args.stage, commands, args.wdir, args.remove, layout=layout))
+    code = run_stage(
+        args.stage, commands, args.wdir, args.remove, layout=layout, keep_thread_limits=args.keep_thread_limits
+    )
+    raise SystemExit(code)
 
 
 def cmd_dvc_commit(args: argparse.Namespace) -> None:
@@ -61,6 +64,10 @@ def cmd_dvc_commit(args: argparse.Namespace) -> None:
 
     commit_stage(args.stage)
     log.info("committed stage %s (dvc.lock)", args.stage)
+
+
+# `dvc exp run` exits 255 on any error; `snakedvc exp run` in its place does too.
+EXP_ERROR_EXIT = 255
 
 
 def cmd_exp_run(args: argparse.Namespace) -> None:
@@ -77,7 +84,7 @@ def cmd_exp_run(args: argparse.Namespace) -> None:
         args.profile, args.set_param, args.name or "", args.snakemake_args, resources_file=args.resources,
         targets=args.targets,
     )  # fmt: skip
-    print(saved or "Nothing to be done: DVC reports every stage up to date")
+    print(saved)
 
 
 def cmd_sweep_promote(args: argparse.Namespace) -> None:
@@ -277,6 +284,11 @@ def _add_step_commands(step: Step) -> None:
     p.add_argument("--remove", nargs="*", default=[], help="the stage's outputs, removed first")
     p.add_argument("--nodes", type=int, default=1, help="with --procs-per-node: nodes snakedvc launch runs on")
     p.add_argument("--procs-per-node", type=int, default=0, help="run each command through snakedvc launch")
+    p.add_argument(
+        "--keep-thread-limits",
+        action="store_true",
+        help="keep Snakemake's OMP_NUM_THREADS & co. (the stage's cpus in snakedvc.yaml); else the submit's values",
+    )
     p.add_argument("commands", nargs=argparse.REMAINDER, help="-- then each command line as one argument")
 
     p = step("dvc-commit", cmd_dvc_commit, "dvc commit of one stage that has run (submit host, serialised)")
@@ -420,5 +432,5 @@ def main(argv: list[str] | None = None) -> int:
         # PipelineError (dvc.yaml) is a ValueError.
         log.error("%s", error)
         print(f"snakedvc {args.command}: error: {error}", file=sys.stderr)
-        return 1
+        return EXP_ERROR_EXIT if args.command == "exp" else 1
     return 0

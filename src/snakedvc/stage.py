@@ -1,24 +1,56 @@
 """A DVC stage's commands run as `dvc repro` runs them, inside a job: no DVC command, no lock.
 
 DVC runs each command line by the user's shell (``$SHELL --noprofile --norc -c`` for bash and
-zsh) in the stage's wdir, with ``DVC_ROOT`` and ``DVC_STAGE`` set, one after another, stopping at
-the first that fails; before that it removes the stage's outputs. So does this.
+zsh) in the stage's wdir, with ``DVC_ROOT`` and ``DVC_STAGE`` set (and, under `dvc exp run`,
+``DVC_EXP_NAME`` and ``DVC_EXP_BASELINE_REV``, which `snakedvc exp run` puts in the jobs'
+environment), one after another, stopping at the first that fails; before that it removes the
+stage's outputs and makes their folders. So does this. The command gets the environment `dvc
+repro` would give it: Snakemake's thread limits (OMP_NUM_THREADS=<threads> and the like) are put
+back as they were where `snakedvc exp run` started, unless the stage asked for cpus.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import shlex
 import shutil
 import subprocess
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from snakedvc import launch
 from snakedvc.launch import Layout
 
 log = logging.getLogger(__name__)
+
+# The variables Snakemake sets to a job's threads (snakemake.shell); `dvc repro` sets none.
+THREAD_LIMITS = (
+    "OMP_NUM_THREADS", "GOTO_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "VECLIB_MAXIMUM_THREADS",
+    "NUMEXPR_NUM_THREADS",
+)  # fmt: skip
+# Their values where `snakedvc exp run` started (JSON: name -> value or null), for the jobs.
+SUBMIT_THREAD_ENV = "SNAKEDVC_SUBMIT_THREAD_ENV"
+
+
+def submit_thread_env(environ: Mapping[str, str] = os.environ) -> str:
+    return json.dumps({name: environ.get(name) for name in THREAD_LIMITS})
+
+
+def without_thread_limits(environ: dict[str, str]) -> dict[str, str]:
+    """``environ`` with the thread variables as they were at the submit (where it says so)."""
+    recorded = environ.get(SUBMIT_THREAD_ENV)
+    if recorded is None:
+        return environ
+    env = dict(environ)
+    for name, value in json.loads(recorded).items():
+        if value is None:
+            env.pop(name, None)
+        else:
+            env[name] = value
+    return env
+
 
 # Options DVC passes to these shells so that no start-up file changes the command's environment.
 QUIET_SHELL_OPTIONS = {"bash": ["--noprofile", "--norc"], "zsh": ["--no-rcs"]}
@@ -36,10 +68,11 @@ def run_stage(
     remove: Sequence[str],
     root: str | Path = ".",
     layout: Layout | None = None,
+    keep_thread_limits: bool = False,
 ) -> int:
-    """Remove ``remove`` (paths under ``root``), then run ``commands`` in ``wdir``; the first
-    failing command's exit status, or 0. With a ``layout`` each command runs through `snakedvc
-    launch` (N processes, N nodes, a job step of its own)."""
+    """Remove ``remove`` (paths under ``root``) and make their folders, then run ``commands`` in
+    ``wdir``; the first failing command's exit status, or 0. With a ``layout`` each command runs
+    through `snakedvc launch` (N processes, N nodes, a job step of its own)."""
     root = Path(root).resolve()
     for path in remove:
         target = root / path
@@ -47,7 +80,9 @@ def run_stage(
             shutil.rmtree(target)
         else:
             target.unlink(missing_ok=True)
-    env = {**os.environ, "DVC_ROOT": str(root), "DVC_STAGE": name}
+        target.parent.mkdir(parents=True, exist_ok=True)
+    env = dict(os.environ) if keep_thread_limits else without_thread_limits(dict(os.environ))
+    env = {**env, "DVC_ROOT": str(root), "DVC_STAGE": name}
     for command in commands:
         log.info("stage %s: > %s", name, command)
         argv = shell_command(command)

@@ -72,6 +72,7 @@ class Plan:
     run: tuple[str, ...]
     folder: str  # .snakedvc/pipeline/<run id>: markers, logs of the commits
     refresh: tuple[str, ...] = ()  # frozen stages that changed: recorded anew, never run
+    wanted: tuple[str, ...] = ()  # every stage the run involves (the targets and what they need)
 
     def stage(self, name: str) -> Stage:
         return next(stage for stage in self.stages if stage.name == name)
@@ -97,7 +98,7 @@ class Plan:
     def load(cls, path: str | Path) -> Plan:
         data = json.loads(Path(path).read_text())
         stages = tuple(_stage_from_json(s) for s in data["stages"])
-        return cls(stages, tuple(data["run"]), data["folder"], tuple(data["refresh"]))
+        return cls(stages, tuple(data["run"]), data["folder"], tuple(data["refresh"]), tuple(data.get("wanted", ())))
 
 
 def _stage_from_json(data: dict[str, Any]) -> Stage:
@@ -159,7 +160,7 @@ def _read_plan(
                 downstream |= {s.addressing for s in nx.ancestors(graph, stage) if s in wanted}
         to_run = [name for name in order if name in downstream - frozen]
         refresh = [name for name in order if name in status & frozen]
-    return Plan(tuple(stages), tuple(to_run), folder, tuple(refresh))
+    return Plan(tuple(stages), tuple(to_run), folder, tuple(refresh), tuple(name for name in order))
 
 
 def _wanted(pipeline: list[Any], graph: Any, targets: Sequence[str]) -> list[Any]:
@@ -216,6 +217,12 @@ def stage_run_launch_args(job: StageResources) -> list[str]:
     return ["--nodes", str(job.nodes), "--procs-per-node", str(job.procs_per_node)] if job.procs_per_node else []
 
 
+def stage_run_options(job: StageResources) -> list[str]:
+    """Every `snakedvc stage-run` option the stage's resources give: launch's, and the thread limits
+    of a stage that asked for cpus."""
+    return [*stage_run_launch_args(job), *(["--keep-thread-limits"] if job.cpus_asked else [])]
+
+
 def _rule_name(address: str, taken: set[str]) -> str:
     base = "stage_" + re.sub(r"\W", "_", address)
     name, n = base, 1
@@ -248,8 +255,9 @@ def set_params(overrides: Sequence[str], root: str | Path = ".") -> None:
     try:
         for path, changes in to_path_overrides(list(overrides)).items():
             apply_overrides(Path(root) / path, changes)
-    except DvcException as error:
-        raise PipelineError(f"-S {' '.join(overrides)}: {error}") from None
+    except DvcException as error:  # DVC's own words follow, as `dvc exp run -S` prints them ("use +key=…")
+        cause = f": {error.__cause__}" if error.__cause__ else ""
+        raise PipelineError(f"-S {' '.join(overrides)}: {error}{cause}") from None
 
 
 def commit_stage(name: str, root: str | Path = ".") -> None:
@@ -268,11 +276,12 @@ def exp_run(
     root: str | Path = ".",
     resources_file: str | Path | None = None,
     targets: Sequence[str] = (),
-) -> str | None:
-    """`dvc exp run`, each stage a Snakemake job: the experiment's name, or None when DVC finds
-    nothing to run. A failed stage stops the run before any experiment is saved; the stages that
-    finished before it are committed (dvc.lock), the failed one not. A pipeline, name or resources
-    file that cannot run is refused before the params files change."""
+) -> str:
+    """`dvc exp run`, each stage a Snakemake job: the experiment's name. Where DVC finds nothing to
+    run, no job runs and the experiment is saved all the same, as `dvc exp run` saves one. A
+    failed stage stops the run before any experiment is saved; the stages that finished before it
+    are committed (dvc.lock), the failed one not. A pipeline, name or resources file that cannot
+    run is refused before the params files change."""
     root = Path(root).resolve()
     if DRY_RUN_OPTIONS & set(snakemake_args):
         raise PipelineError("a dry run is `snakedvc exp run --dry` (Snakemake's --dry-run would record nothing)")
@@ -310,7 +319,7 @@ def _exp_run(
     root: Path,
     resources_file: str | Path | None,
     targets: Sequence[str],
-) -> str | None:
+) -> str:
     from snakedvc.engine.runs.submission import new_run_id
 
     folder = f"{PIPELINE_FOLDER}/{new_run_id()}"
@@ -319,17 +328,48 @@ def _exp_run(
         set_params(overrides, root)
         plan = read_plan(root, folder, resources_file, targets)  # what runs depends on the new values
     if not plan.run and not plan.refresh:
-        log.info("nothing to run: DVC reports every stage up to date (dvc status)")
-        return None
+        log.info(
+            "nothing to run: DVC reports every stage up to date (dvc status); saving the experiment as dvc exp run does"
+        )
+    # As `dvc exp run`: the experiment's name is chosen before any stage runs (DVC's own random
+    # name where none is given), and every stage sees it and the baseline in its environment.
+    name = name or random_experiment_name(root)
     for frozen in plan.refresh:
         log.info("stage %s is frozen: recorded as it is, not run (as dvc repro does)", frozen)
         commit_stage(frozen, root)
     if plan.run:
-        run_jobs(plan, profile, snakemake_args, root)
+        run_jobs(plan, profile, snakemake_args, root, experiment_env(name, root))
     return save(plan, name, root)
 
 
-def run_jobs(plan: Plan, profile: str | None, snakemake_args: Sequence[str], root: Path) -> None:
+def random_experiment_name(root: Path) -> str:
+    """A name as `dvc exp run` gives one (DVC's generator), no experiment of the repository has."""
+    from dvc.repo.experiments.utils import gen_random_name
+
+    from snakedvc.engine.names import experiment_refs
+
+    taken = experiment_refs(root)
+    while (name := gen_random_name()) in taken:
+        pass
+    return name
+
+
+def experiment_env(name: str, root: Path) -> dict[str, str]:
+    """What `dvc exp run` adds to its stages' environment (DVC_EXP_NAME, DVC_EXP_BASELINE_REV: dvclive
+    reads them), and the thread variables as they are here, which each stage's job puts back."""
+    from snakedvc.stage import SUBMIT_THREAD_ENV, submit_thread_env
+
+    baseline = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, check=True)
+    return {
+        "DVC_EXP_NAME": name,
+        "DVC_EXP_BASELINE_REV": baseline.stdout.strip(),
+        SUBMIT_THREAD_ENV: submit_thread_env(),
+    }
+
+
+def run_jobs(
+    plan: Plan, profile: str | None, snakemake_args: Sequence[str], root: Path, env: dict[str, str] | None = None
+) -> None:
     """Snakemake runs the plan's stages, each a job; a PipelineError naming the failed stages."""
     plan_file = root / plan.folder / "plan.json"
     plan.save(plan_file)
@@ -341,7 +381,7 @@ def run_jobs(plan: Plan, profile: str | None, snakemake_args: Sequence[str], roo
         "--nolock", *snakemake_args,
     ]  # fmt: skip
     log.info("stages to run: %s", ", ".join(plan.run))
-    if subprocess.run(command, cwd=root).returncode != 0:
+    if subprocess.run(command, cwd=root, env={**os.environ, **(env or {})}).returncode != 0:
         raise PipelineError(failure(plan, root))
 
 
@@ -437,20 +477,32 @@ def save(plan: Plan, name: str, root: Path) -> str:
     args = ["exp", "save"]
     if name:
         args += ["--name", name]
-    produced = {out for name in plan.run for out in plan.stage(name).uncached if (root / out).exists()}
+    # Nothing ran: the experiment holds what the run involves, as `dvc exp run`'s does.
+    involved = plan.run if plan.run or plan.refresh else plan.wanted
+    produced = {out for stage in involved for out in plan.stage(stage).uncached if (root / out).exists()}
     for path in sorted(produced):
         args += ["--include-untracked", path]
     # Its stages only: without targets `dvc exp save` commits every stage, and would record a
     # stage this run did not run (a target's neighbour, a frozen one) as up to date with new inputs.
-    args += ["--", *plan.refresh, *plan.run]
+    # Nothing ran: the stages the run involves, all up to date (their commit changes nothing).
+    args += ["--", *(plan.refresh + plan.run or plan.wanted)]
     with repo_lock(root):
         out = run_dvc(args, root)
         match = re.search(r"saved as:\s*(\S+)", out)
         saved = match.group(1) if match else name
-        trim_experiment(saved, keep=[], records=[], root=root)  # DVC's scratch files out
+        # DVC's scratch files out, and the outputs DVC caches: `dvc exp save` force-adds a cached
+        # metrics or plots file, which `dvc exp run`'s commit never holds (git would then track an
+        # output DVC tracks: `dvc repro` on a branch of the experiment refuses it).
+        trim_experiment(saved, keep=[], records=cached_outputs(plan), root=root)
     log.info("experiment saved: %s", saved)
     note_saved(saved)
     return saved
+
+
+def cached_outputs(plan: Plan) -> list[str]:
+    """Every output of the pipeline DVC caches (git never holds them)."""
+    outs = {out for stage in plan.stages for out in stage.outs}
+    return sorted(outs - {out for stage in plan.stages for out in stage.uncached})
 
 
 def module_file() -> Path:

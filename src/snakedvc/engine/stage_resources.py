@@ -38,6 +38,9 @@ class StageResources:
     resources: dict[str, Any] = field(default_factory=dict)  # mem_mb, runtime, gpu, nodes, tasks, gres
     nodes: int = 1
     procs_per_node: int = 0
+    # `cpus` given: the stage's commands get Snakemake's thread limits (OMP_NUM_THREADS=cpus and the
+    # like); otherwise the environment `dvc repro` would give them.
+    cpus_asked: bool = False
 
 
 def read_table(path: Path) -> dict[str, dict[str, Any]]:
@@ -93,10 +96,12 @@ def _stage_resources(entry: Mapping[str, Any], where: str) -> StageResources:
         resources["runtime"] = minutes(entry["runtime"], where)
     if launch:
         resources.update(training_resources(nodes, gpu))
-        return StageResources(entry.get("cpus", 1), resources, nodes, entry.get("tasks", max(gpu, 1)))
+        return StageResources(
+            entry.get("cpus", 1), resources, nodes, entry.get("tasks", max(gpu, 1)), cpus_asked="cpus" in entry
+        )
     if gpu:
         resources["gpu"] = gpu
-    return StageResources(entry.get("cpus", 1), resources)
+    return StageResources(entry.get("cpus", 1), resources, cpus_asked="cpus" in entry)
 
 
 def mem_mb(value: str | int, where: str = "mem") -> int:

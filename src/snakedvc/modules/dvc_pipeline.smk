@@ -3,12 +3,12 @@
 # the plan this file loads (config key snakedvc_pipeline): which stages run, in what order.
 #
 # A stage's job runs its commands as DVC would (`snakedvc stage-run`: in its wdir, by the shell,
-# DVC_ROOT and DVC_STAGE set, its outputs removed first). A local job on the submit host then
+# DVC_ROOT and DVC_STAGE set, its outputs removed first, their folders made). A local job on the submit host then
 # runs `dvc commit` of the stage (serialised by the kit's lock); the stages downstream wait for
 # that. A stage's threads and resources come from snakedvc.yaml (the plan has them); the
 # profile routes them as it routes any rule's. Jobs are linked by marker files under the plan's
 # folder, never by the stages' outputs: DVC alone decides what is up to date.
-from snakedvc.engine.dvcpipeline import Plan, stage_run_launch_args
+from snakedvc.engine.dvcpipeline import Plan, stage_run_options
 from snakedvc.engine.env import use_this_interpreter
 
 use_this_interpreter()  # `snakedvc` in the jobs' commands is this environment's
@@ -35,14 +35,14 @@ for stage in PLAN.stages:
             wdir=stage.wdir,
             outs=list(stage.outs),
             commands=list(stage.commands),
-            launch=stage_run_launch_args(stage.job),
+            options=stage_run_options(stage.job),
         log:
             PLAN.log(stage.name),
         threads: stage.job.threads
         resources:
             **stage.job.resources,
         shell:
-            "snakedvc stage-run --stage {params.stage:q} --wdir {params.wdir:q} {params.launch:q}"
+            "snakedvc stage-run --stage {params.stage:q} --wdir {params.wdir:q} {params.options:q}"
             " --remove {params.outs:q} -- {params.commands:q} > {log:q} 2>&1"
 
     rule:
