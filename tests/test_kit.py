@@ -403,3 +403,31 @@ def test_a_local_retry_keeps_the_last_attempts_log_as_slurm_does(tmp_path: Path)
     assert (tmp_path / "logs/flaky.attempt1.log").read_text() == "attempt 1 says why\n"
     assert (tmp_path / "logs/flaky.log").read_text() == "attempt 2 says why\n"
     assert "attempt 2: the last attempt's log is kept as logs/flaky.attempt1.log" in proc.stderr
+
+
+def kit_import_graph() -> dict[str, set[str]]:
+    """Module -> the kit's modules it imports, anywhere in it (a function's import counts too)."""
+    src = REPO / "src"
+    modules = {}
+    for path in src.rglob("*.py"):
+        parts = path.relative_to(src).with_suffix("").parts
+        modules[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    graph: dict[str, set[str]] = {name: set() for name in modules if name.startswith("snakedvc")}
+    for name in graph:
+        for node in ast.walk(ast.parse(modules[name].read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("snakedvc"):
+                for alias in node.names:
+                    full = f"{node.module}.{alias.name}"
+                    graph[name].add(full if full in modules else node.module)
+            elif isinstance(node, ast.Import):
+                graph[name] |= {alias.name for alias in node.names if alias.name.startswith("snakedvc")}
+    return graph
+
+
+def test_the_kit_has_no_import_circle() -> None:
+    # A circle is two rooms that each need the other: one of them holds what belongs to a third.
+    import networkx as nx
+
+    graph = nx.DiGraph([(a, b) for a, targets in kit_import_graph().items() for b in targets if a != b])
+    circles = [c for c in nx.simple_cycles(graph) if "snakedvc" not in c]  # the package's __init__ re-exports
+    assert circles == [], circles

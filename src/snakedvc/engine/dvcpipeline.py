@@ -28,6 +28,7 @@ from typing import Any
 
 from snakedvc.engine.records import ignore_kit_folder
 from snakedvc.engine.stage_resources import DEFAULT_FILE, StageResources, read_table, resources_of
+from snakedvc.engine.stamps import new_run_id
 
 log = logging.getLogger(__name__)
 
@@ -320,8 +321,6 @@ def _exp_run(
     resources_file: str | Path | None,
     targets: Sequence[str],
 ) -> str:
-    from snakedvc.engine.runs.submission import new_run_id
-
     folder = f"{PIPELINE_FOLDER}/{new_run_id()}"
     plan = read_plan(root, folder, resources_file, targets)
     if overrides:

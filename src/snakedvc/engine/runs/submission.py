@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import contextlib
-import datetime as dt
 import os
-import secrets
 import shutil
 import subprocess
 import sys
@@ -33,6 +31,7 @@ from snakedvc.engine.runs.workspace import (
     source_paths,
 )
 from snakedvc.engine.settings import ControllerSettings
+from snakedvc.engine.stamps import new_run_id
 from snakedvc.slurm import SlurmUnavailable, SubmissionFailed, submit_once
 
 # --- starting a controller --------------------------------------------------------------------
@@ -122,11 +121,6 @@ def check_out_outputs(workspace: Path) -> None:
         )  # fmt: skip
     if proc.returncode != 0:  # outputs missing from the cache: their stages run again
         print(f"snakedvc submit: note: {proc.stderr.strip() or proc.stdout.strip()}", file=sys.stderr)
-
-
-def new_run_id(now: float | None = None) -> str:
-    stamp = dt.datetime.fromtimestamp(now or time.time()).strftime("%Y%m%d-%H%M%S")
-    return f"{stamp}-{secrets.token_hex(2)}"
 
 
 def check_run_name(name: str, root: Path, replace: bool) -> None:
