@@ -498,3 +498,24 @@ def test_the_experiment_commit_holds_what_dvc_exp_runs_holds_and_its_branch_repr
     git(by_kit, "checkout", "-q", "-f", "from-kept")  # -f: the workspace holds the run's dvc.lock, untracked
     reproduced = dvc(by_kit, "repro", check=False)
     assert reproduced.returncode == 0 and "already tracked by SCM" not in reproduced.stderr, reproduced.stderr
+
+
+def test_a_project_whose_script_shares_a_standard_modules_name_runs(tmp_path: Path) -> None:
+    """DVC's own tests keep a copy.py beside dvc.yaml. `python -m snakemake` in that folder put it
+    first on sys.path, and Snakemake's `import copy` ran it (found by scripts/dvc-suite)."""
+    copy_py = "import shutil, sys\nshutil.copyfile(sys.argv[1], sys.argv[2])\n"
+    stages = {
+        "stages": {"copy": {"cmd": "python3 copy.py data copied", "deps": ["data", "copy.py"], "outs": ["copied"]}}
+    }
+    origin = dvc_project(
+        tmp_path / "origin", {"copy.py": copy_py, "data": "bytes\n", "dvc.yaml": yaml.safe_dump(stages)}
+    )
+    repo = clone(origin, "kit")
+    snakedvc(repo, "exp", "run", "-n", "copied")
+    assert (repo / "copied").read_text() == "bytes\n"
+    # -f runs what is up to date, as `dvc exp run -f` does.
+    assert "Nothing to be done" in snakedvc(repo, "exp", "run", "--dry").stdout
+    assert snakedvc(repo, "exp", "run", "--dry", "-f").stdout.split() == ["copy"]
+    ran = len(list((repo / ".snakedvc/pipeline").glob("*/ran/*")))
+    snakedvc(repo, "exp", "run", "-f", "-n", "forced")
+    assert len(list((repo / ".snakedvc/pipeline").glob("*/ran/*"))) == ran + 1

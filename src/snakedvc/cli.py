@@ -74,7 +74,7 @@ def cmd_exp_run(args: argparse.Namespace) -> None:
     from snakedvc.engine.dvcpipeline import dry_run, exp_run
 
     if args.dry:
-        plan = dry_run(args.set_param, resources_file=args.resources, targets=args.targets)
+        plan = dry_run(args.set_param, resources_file=args.resources, targets=args.targets, force=args.force)
         for name in plan.refresh:
             print(f"{name} (frozen: recorded anew, not run)")
         print("\n".join(plan.run) if plan.run or plan.refresh else "Nothing to be done: every stage is up to date")
@@ -82,7 +82,7 @@ def cmd_exp_run(args: argparse.Namespace) -> None:
 
     saved = exp_run(
         args.profile, args.set_param, args.name or "", args.snakemake_args, resources_file=args.resources,
-        targets=args.targets,
+        targets=args.targets, force=args.force,
     )  # fmt: skip
     print(saved)
 
@@ -386,6 +386,9 @@ def _add_run_commands(step: Step) -> None:
                    help="change a param first, as dvc exp run -S does (repeatable)")  # fmt: skip
     p.add_argument("-n", "--name", help="the experiment's name (default: DVC's)")
     p.add_argument("--dry", action="store_true", help="print the stages that would run, in order; change nothing")
+    p.add_argument(
+        "-f", "--force", action="store_true", help="run every stage involved, changed or not (dvc exp run -f)"
+    )
     p.add_argument("--resources", metavar="FILE",
                    help="the stages' resources (default: snakedvc.yaml beside dvc.yaml, if there is one)")  # fmt: skip
     p.add_argument(

@@ -18,7 +18,6 @@ import os
 import signal
 import socket
 import subprocess
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -26,6 +25,7 @@ from types import FrameType
 from typing import Any
 
 from snakedvc import slurm
+from snakedvc.engine.env import python_module
 from snakedvc.engine.names import EXPERIMENT_NAME_ENV, EXPERIMENT_REPLACE_ENV
 from snakedvc.engine.runs.control import jobs_in_workspace
 from snakedvc.engine.runs.record import CANCEL_MARKER, Run, RunError
@@ -68,10 +68,10 @@ class Controller:
         env = self._environment()
         if run.exp_run_args is None:
             self._unlock(env)
-            command = [sys.executable, "-m", "snakemake", "--profile", run.profile, *run.snakemake_args]
+            command = [*python_module("snakemake"), "--profile", run.profile, *run.snakemake_args]
         else:  # a DVC pipeline; exp run takes DVC's lock and its own, and leaves Snakemake's alone
             command = [
-                sys.executable, "-m", "snakedvc", "exp", "run", "--profile", run.profile, "-n", run.name,
+                *python_module("snakedvc"), "exp", "run", "--profile", run.profile, "-n", run.name,
                 *run.exp_run_args, "--", *run.snakemake_args,
             ]  # fmt: skip
         say("running: " + " ".join(command))
@@ -125,9 +125,7 @@ class Controller:
         locks = self.run.workspace / ".snakemake" / "locks"
         if locks.is_dir() and any(locks.iterdir()):
             command = [
-                sys.executable,
-                "-m",
-                "snakemake",
+                *python_module("snakemake"),
                 "--profile",
                 self.run.profile,
                 "--unlock",

@@ -20,12 +20,12 @@ import logging
 import os
 import re
 import subprocess
-import sys
 from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from snakedvc.engine.env import python_module
 from snakedvc.engine.records import ignore_kit_folder
 from snakedvc.engine.stage_resources import DEFAULT_FILE, StageResources, read_table, resources_of
 from snakedvc.engine.stamps import new_run_id
@@ -111,26 +111,31 @@ def _stage_from_json(data: dict[str, Any]) -> Stage:
 
 
 def read_plan(
-    root: str | Path, folder: str, resources_file: str | Path | None = None, targets: Sequence[str] = ()
+    root: str | Path,
+    folder: str,
+    resources_file: str | Path | None = None,
+    targets: Sequence[str] = (),
+    force: bool = False,
 ) -> Plan:
     """The pipeline of the DVC repository at ``root`` as DVC sees it now, and the stages to run:
     of ``targets`` (stage names, a foreach/matrix stage's name for all its items; default all) and
     the stages they need, those DVC finds changed and those downstream of them, as `dvc repro`
-    runs them. ``resources_file``: the stages' resources (default: snakedvc.yaml at ``root``)."""
+    runs them. ``resources_file``: the stages' resources (default: snakedvc.yaml at ``root``).
+    ``force``: every stage involved runs, changed or not (`dvc exp run -f`), frozen ones aside."""
     from dvc.exceptions import DvcException
 
     root = Path(root).resolve()
     table_file = Path(resources_file) if resources_file else root / DEFAULT_FILE
     table = read_table(table_file)
     try:
-        return _read_plan(root, folder, table, str(table_file), targets)
+        return _read_plan(root, folder, table, str(table_file), targets, force)
     except DvcException as error:  # dvc.yaml's YAML, schema, templating: DVC's message names the place
         cause = f" ({error.__cause__})" if error.__cause__ else ""
         raise PipelineError(f"{root / 'dvc.yaml'}: DVC cannot read the pipeline: {error}{cause}") from None
 
 
 def _read_plan(
-    root: Path, folder: str, table: dict[str, dict[str, Any]], table_file: str, targets: Sequence[str]
+    root: Path, folder: str, table: dict[str, dict[str, Any]], table_file: str, targets: Sequence[str], force: bool
 ) -> Plan:
     import networkx as nx
     from dvc.repo import Repo
@@ -151,6 +156,8 @@ def _read_plan(
             raise PipelineError(f"{root / 'dvc.yaml'}: no stages to run (dvc stage list shows none)")
         wanted = _wanted(pipeline, graph, targets) if targets else _wanted(pipeline, graph, [s.addressing for s in own])
         status = set(repo.status(targets=[s.addressing for s in wanted]))
+        if force:
+            status |= {s.addressing for s in wanted}
         frozen = {s.addressing for s in wanted if s.frozen}
         order = [s.addressing for s in reversed(list(nx.topological_sort(graph))) if s in wanted]
         # A frozen stage never runs: dvc repro only records it anew (its command, params and
@@ -277,6 +284,7 @@ def exp_run(
     root: str | Path = ".",
     resources_file: str | Path | None = None,
     targets: Sequence[str] = (),
+    force: bool = False,
 ) -> str:
     """`dvc exp run`, each stage a Snakemake job: the experiment's name. Where DVC finds nothing to
     run, no job runs and the experiment is saved all the same, as `dvc exp run` saves one. A
@@ -292,7 +300,7 @@ def exp_run(
     with workspace_lock(root):
         if name:
             check_name_is_free(name, root)
-        return _exp_run(profile, overrides, name, snakemake_args, root, resources_file, targets)
+        return _exp_run(profile, overrides, name, snakemake_args, root, resources_file, targets, force)
 
 
 @contextlib.contextmanager
@@ -320,12 +328,13 @@ def _exp_run(
     root: Path,
     resources_file: str | Path | None,
     targets: Sequence[str],
+    force: bool = False,
 ) -> str:
     folder = f"{PIPELINE_FOLDER}/{new_run_id()}"
-    plan = read_plan(root, folder, resources_file, targets)
+    plan = read_plan(root, folder, resources_file, targets, force)
     if overrides:
         set_params(overrides, root)
-        plan = read_plan(root, folder, resources_file, targets)  # what runs depends on the new values
+        plan = read_plan(root, folder, resources_file, targets, force)  # what runs depends on the new values
     if not plan.run and not plan.refresh:
         log.info(
             "nothing to run: DVC reports every stage up to date (dvc status); saving the experiment as dvc exp run does"
@@ -373,7 +382,7 @@ def run_jobs(
     plan_file = root / plan.folder / "plan.json"
     plan.save(plan_file)
     command = [
-        sys.executable, "-m", "snakemake", "--snakefile", str(module_file()), "--directory", str(root),
+        *python_module("snakemake"), "--snakefile", str(module_file()), "--directory", str(root),
         "--profile", str(pipeline_profile(profile, root)), "--config", f"snakedvc_pipeline={plan_file}",
         # The workspace lock already keeps this run alone here; Snakemake's own would outlive a
         # killed run (a lost controller) and stop the next.
@@ -417,12 +426,13 @@ def dry_run(
     root: str | Path = ".",
     resources_file: str | Path | None = None,
     targets: Sequence[str] = (),
+    force: bool = False,
 ) -> Plan:
     """What `exp_run` would run, with these ``-S`` values, changing no file (`dvc exp run --dry`)."""
     from dvc.utils.cli_parse import to_path_overrides
 
     root = Path(root).resolve()
-    plan = read_plan(root, "", resources_file, targets)
+    plan = read_plan(root, "", resources_file, targets, force)
     if not overrides:
         return plan
     saved = {
@@ -431,7 +441,7 @@ def dry_run(
     }
     try:
         set_params(overrides, root)
-        return read_plan(root, "", resources_file, targets)
+        return read_plan(root, "", resources_file, targets, force)
     finally:
         for path, text in saved.items():
             if text is None:

@@ -21,7 +21,6 @@ import json
 import re
 import shutil
 import subprocess
-import sys
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -31,6 +30,7 @@ from typing import Any
 import yaml
 
 from snakedvc import slurm
+from snakedvc.engine.env import python_module
 from snakedvc.engine.page import cell, curves_png, figure, read_curves, table
 from snakedvc.engine.records import dvc_yaml_entries, read_record, within
 from snakedvc.engine.runs.state import submitted_slurm_jobs
@@ -248,7 +248,7 @@ def job_dag_svg(root: Path, snakemake_args: Sequence[str]) -> tuple[str, str]:
     if shutil.which("dot") is None:
         return kit_dag_svg(root, snakemake_args)
     dag = subprocess.run(
-        [sys.executable, "-m", "snakemake", "--dag", "--nolock", "--quiet", "all", *snakemake_args],
+        [*python_module("snakemake"), "--dag", "--nolock", "--quiet", "all", *snakemake_args],
         cwd=root,
         capture_output=True,
         text=True,
@@ -267,7 +267,7 @@ def kit_dag_svg(root: Path, snakemake_args: Sequence[str]) -> tuple[str, str]:
     """The job DAG drawn without graphviz: ``snakemake --d3dag`` laid out by layered_svg."""
     dag = subprocess.run(
         # --forceall: every job of the DAG with its edges (without it, jobs already done have none).
-        [sys.executable, "-m", "snakemake", "--d3dag", "--forceall", "--nolock", "--quiet", "all", *snakemake_args],
+        [*python_module("snakemake"), "--d3dag", "--forceall", "--nolock", "--quiet", "all", *snakemake_args],
         cwd=root,
         capture_output=True,
         text=True,

@@ -28,6 +28,7 @@ from typing import Any
 import yaml
 
 from snakedvc.engine.config import KEY
+from snakedvc.engine.env import python_module
 from snakedvc.engine.names import (
     EXPERIMENT_NAME_ENV,
     EXPERIMENT_REPLACE_ENV,
@@ -97,7 +98,7 @@ def repo_lock(root: Path | str = ".", timeout: float = 900.0) -> Iterator[None]:
 def dvc_command() -> list[str]:
     """DVC from the running interpreter's environment."""
     exe = Path(sys.executable).parent / "dvc"
-    return [str(exe)] if exe.exists() else [sys.executable, "-m", "dvc"]
+    return [str(exe)] if exe.exists() else [*python_module("dvc")]
 
 
 def run_dvc(args: Sequence[str], root: Path | str = ".") -> str:
@@ -472,7 +473,7 @@ def restore(name: str, params_file: str = "results/params.yaml", root: Path | st
     validate_experiment_name(name)
     with repo_lock(root):
         _apply_experiment(name, root)
-    base = [sys.executable, "-m", "snakemake", "--cores", "1"]
+    base = [*python_module("snakemake"), "--cores", "1"]
     if (Path(root) / params_file).is_file():
         base += ["--configfile", str(params_file)]
     # One --touch pass decides up front what to touch, so leaves whose inputs it

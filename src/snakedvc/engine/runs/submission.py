@@ -13,6 +13,7 @@ from pathlib import Path
 
 from snakedvc import slurm
 from snakedvc.engine.dvcpipeline import ExpRunOptions, dry_run
+from snakedvc.engine.env import python_module
 from snakedvc.engine.names import NameTaken, check_name_is_free, validate_experiment_name
 from snakedvc.engine.records import ignore_kit_folder
 from snakedvc.engine.runs.record import FINISHED_STATES, RUN_REF_PREFIX, Run, RunError, git, repository_root, this_host
@@ -38,7 +39,7 @@ from snakedvc.slurm import SlurmUnavailable, SubmissionFailed, submit_once
 
 
 def controller_command(run: Run) -> list[str]:
-    return [sys.executable, "-m", "snakedvc", "controller", str(run.dir)]
+    return [*python_module("snakedvc"), "controller", str(run.dir)]
 
 
 def controller_job_name(run: Run) -> str:
@@ -116,7 +117,7 @@ def check_out_outputs(workspace: Path) -> None:
 
     with repo_lock(workspace):
         proc = subprocess.run(
-            [sys.executable, "-m", "dvc", "checkout", "--quiet"],
+            [*python_module("dvc"), "checkout", "--quiet"],
             cwd=workspace, capture_output=True, text=True, env={**os.environ, "DVC_NO_ANALYTICS": "1"},
         )  # fmt: skip
     if proc.returncode != 0:  # outputs missing from the cache: their stages run again

@@ -7,7 +7,6 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 import tempfile
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -17,6 +16,7 @@ import yaml
 from snakedvc import slurm
 from snakedvc.engine import settings
 from snakedvc.engine.config import ConfigError
+from snakedvc.engine.env import python_module
 from snakedvc.engine.records import read_record, snakemake_outputs
 from snakedvc.engine.runs.record import SLURM_EXECUTORS, Run, RunError, git
 from snakedvc.engine.settings import ControllerSettings
@@ -83,7 +83,7 @@ def check_workflow_loads(root: Path, profile: str, snakemake_args: Sequence[str]
     checks and schemas), listing its rules only, before anything is frozen or started: a missing
     --configfile or a bad key fails here with Snakemake's own message, not in the controller later."""
     proc = subprocess.run(
-        [sys.executable, "-m", "snakemake", "--profile", profile, "--list-rules", *snakemake_args],
+        [*python_module("snakemake"), "--profile", profile, "--list-rules", *snakemake_args],
         cwd=root,
         capture_output=True,
         text=True,
@@ -197,7 +197,7 @@ def configure_dvc(root: Path, workspace: Path) -> None:
 
 def run_dvc_in(root: Path, *args: str) -> str:
     proc = subprocess.run(
-        [sys.executable, "-m", "dvc", *args],
+        [*python_module("dvc"), *args],
         cwd=root,
         capture_output=True,
         text=True,
