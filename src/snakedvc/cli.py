@@ -77,7 +77,13 @@ def cmd_exp_run(args: argparse.Namespace) -> None:
         plan = dry_run(args.set_param, resources_file=args.resources, targets=args.targets, force=args.force)
         for name in plan.refresh:
             print(f"{name} (frozen: recorded anew, not run)")
-        print("\n".join(plan.run) if plan.run or plan.refresh else "Nothing to be done: every stage is up to date")
+        for source in plan.data:
+            print(f"{source} (changed data: committed anew, not run)")
+        print(
+            "\n".join(plan.run)
+            if plan.run or plan.refresh or plan.data
+            else "Nothing to be done: every stage is up to date"
+        )
         return
 
     saved = exp_run(

@@ -74,6 +74,9 @@ class Plan:
     folder: str  # .snakedvc/pipeline/<run id>: markers, logs of the commits
     refresh: tuple[str, ...] = ()  # frozen stages that changed: recorded anew, never run
     wanted: tuple[str, ...] = ()  # every stage the run involves (the targets and what they need)
+    # `dvc add`ed data the run's stages read whose files changed: committed anew first, as
+    # `dvc repro` commits them (their .dvc files), never run
+    data: tuple[str, ...] = ()
 
     def stage(self, name: str) -> Stage:
         return next(stage for stage in self.stages if stage.name == name)
@@ -99,7 +102,10 @@ class Plan:
     def load(cls, path: str | Path) -> Plan:
         data = json.loads(Path(path).read_text())
         stages = tuple(_stage_from_json(s) for s in data["stages"])
-        return cls(stages, tuple(data["run"]), data["folder"], tuple(data["refresh"]), tuple(data.get("wanted", ())))
+        return cls(
+            stages, tuple(data["run"]), data["folder"], tuple(data["refresh"]), tuple(data.get("wanted", ())),
+            tuple(data.get("data", ())),
+        )  # fmt: skip
 
 
 def _stage_from_json(data: dict[str, Any]) -> Stage:
@@ -159,16 +165,24 @@ def _read_plan(
         if force:
             status |= {s.addressing for s in wanted}
         frozen = {s.addressing for s in wanted if s.frozen}
+        # A frozen callback stage (no dependencies) is not "always changed": dvc repro leaves it.
+        status -= {s.addressing for s in wanted if s.frozen and s.is_callback}
         order = [s.addressing for s in reversed(list(nx.topological_sort(graph))) if s in wanted]
+        sources = [s for s in reversed(list(nx.topological_sort(graph))) if s.is_data_source]
+        sources = [s for s in sources if any(nx.has_path(graph, w, s) for w in wanted)]
+        changed_data = set(repo.status(targets=[s.addressing for s in sources])) if sources else set()
+        data = [s.addressing for s in sources if force or s.addressing in changed_data]
         # A frozen stage never runs: dvc repro only records it anew (its command, params and
-        # outputs as they are now) when it changed, and its downstream stages see its outputs.
+        # outputs as they are now) when it changed. Its outputs never change in a run, so a change
+        # upstream of it stops there.
+        unfrozen = graph.subgraph([s for s in graph if s.addressing not in frozen])
         downstream = status - frozen
         for stage in wanted:
             if stage.addressing in status - frozen:
-                downstream |= {s.addressing for s in nx.ancestors(graph, stage) if s in wanted}
+                downstream |= {s.addressing for s in nx.ancestors(unfrozen, stage) if s in wanted}
         to_run = [name for name in order if name in downstream - frozen]
         refresh = [name for name in order if name in status & frozen]
-    return Plan(tuple(stages), tuple(to_run), folder, tuple(refresh), tuple(name for name in order))
+    return Plan(tuple(stages), tuple(to_run), folder, tuple(refresh), tuple(order), tuple(data))
 
 
 def _wanted(pipeline: list[Any], graph: Any, targets: Sequence[str]) -> list[Any]:
@@ -335,19 +349,28 @@ def _exp_run(
     if overrides:
         set_params(overrides, root)
         plan = read_plan(root, folder, resources_file, targets, force)  # what runs depends on the new values
-    if not plan.run and not plan.refresh:
+    if not plan.run and not plan.refresh and not plan.data:
         log.info(
             "nothing to run: DVC reports every stage up to date (dvc status); saving the experiment as dvc exp run does"
         )
     # As `dvc exp run`: the experiment's name is chosen before any stage runs (DVC's own random
     # name where none is given), and every stage sees it and the baseline in its environment.
     name = name or random_experiment_name(root)
-    for frozen in plan.refresh:
-        log.info("stage %s is frozen: recorded as it is, not run (as dvc repro does)", frozen)
-        commit_stage(frozen, root)
+    commit_unrun(plan, root)
     if plan.run:
         run_jobs(plan, profile, snakemake_args, root, experiment_env(name, root))
     return save(plan, name, root)
+
+
+def commit_unrun(plan: Plan, root: Path) -> None:
+    """What `dvc repro` records without running it: `dvc add`ed data that changed, frozen stages
+    that changed, each committed anew (before any job: the jobs read them)."""
+    for source in plan.data:
+        log.info("%s changed: committed anew (as dvc repro does)", source)
+        commit_stage(source, root)
+    for frozen in plan.refresh:
+        log.info("stage %s is frozen: recorded as it is, not run (as dvc repro does)", frozen)
+        commit_stage(frozen, root)
 
 
 def random_experiment_name(root: Path) -> str:
@@ -487,14 +510,14 @@ def save(plan: Plan, name: str, root: Path) -> str:
     if name:
         args += ["--name", name]
     # Nothing ran: the experiment holds what the run involves, as `dvc exp run`'s does.
-    involved = plan.run if plan.run or plan.refresh else plan.wanted
+    involved = plan.run if plan.run or plan.refresh or plan.data else plan.wanted
     produced = {out for stage in involved for out in plan.stage(stage).uncached if (root / out).exists()}
     for path in sorted(produced):
         args += ["--include-untracked", path]
     # Its stages only: without targets `dvc exp save` commits every stage, and would record a
     # stage this run did not run (a target's neighbour, a frozen one) as up to date with new inputs.
     # Nothing ran: the stages the run involves, all up to date (their commit changes nothing).
-    args += ["--", *(plan.refresh + plan.run or plan.wanted)]
+    args += ["--", *(plan.data + plan.refresh + plan.run or plan.wanted)]
     with repo_lock(root):
         out = run_dvc(args, root)
         match = re.search(r"saved as:\s*(\S+)", out)
