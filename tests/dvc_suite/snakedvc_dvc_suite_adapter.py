@@ -1,0 +1,127 @@
+"""DVC's own functional tests, with the kit's runner in place of DVC's: a pytest plugin that
+scripts/dvc-suite loads into DVC's test session (`-p snakedvc_dvc_suite_adapter`).
+
+Every `Repo.reproduce` the tests make (by the API, or by `dvc repro` through `dvc.cli.main`, which
+calls the same method) runs as `snakedvc exp run` runs a pipeline: the kit reads the plan through
+DVC, Snakemake runs each stage as a job of its own (`snakedvc stage-run`), and `dvc commit` of each
+stage follows on this host. The method is overridden for the session, not patched inside: DVC's
+public `Repo.reproduce` keeps its signature and returns what DVC's returns (the stages that ran,
+in order, as objects of the caller's repository), or raises DVC's `ReproductionError`.
+
+A test that asks for something the kit's runner has no equivalent of (a `--downstream` run, one
+stage alone, a target given as a file path, ...) is skipped, its reason naming the option: the
+script's table lists each with its count.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+from dvc.exceptions import DvcException, ReproductionError
+from dvc.repo import Repo
+
+# Options of Repo.reproduce the kit's runner takes as `dvc repro` does (False/None: not asked).
+# run_cache (on by default in `dvc repro`): the kit runs a stage where DVC might restore its
+# outputs from the run cache; the bytes are the same, and a test of the run cache itself fails.
+TAKEN = {"force", "interactive", "dry", "run_cache"}
+
+# What the kit's runner refuses by design, before any job, in words its error holds.
+REFUSED = ("a persistent output is not supported", "is outside the repository", "a circular (checkpoint) output")
+
+# scripts/dvc-suite's file of the tests that called Repo.reproduce.
+CALLS_FILE_ENV = "SNAKEDVC_DVC_SUITE_CALLS"
+
+# The runner: the kit's profile that runs every job on this machine.
+PROFILE = "local"
+
+
+def _asked(options: dict[str, Any]) -> list[str]:
+    return sorted(name for name, value in options.items() if value and name not in TAKEN)
+
+
+def _stage_names(repo: Repo, targets: Any) -> list[str]:
+    """The kit's targets (stage names) for DVC's: None or the project's dvc.yaml mean every stage."""
+    if targets is None:
+        return []
+    names = []
+    for target in [targets] if isinstance(targets, str) else list(targets):
+        if target in ("dvc.yaml", str(Path(repo.root_dir) / "dvc.yaml")):
+            continue
+        if re.fullmatch(r"(dvc\.yaml)?:[^/:*]+", target):  # DVC's ":name": a stage of ./dvc.yaml
+            target = target.split(":", 1)[1]
+        if target.endswith((".dvc", ".yaml")) or "/" in target or ":" in target or "*" in target:
+            pytest.skip(f"snakedvc exp run takes stage names; a target given as a path or glob ({target})")
+        names.append(target)
+    return names
+
+
+def kit_reproduce(
+    self: Repo,
+    targets: Any = None,
+    recursive: bool = False,
+    pipeline: bool = False,
+    all_pipelines: bool = False,
+    downstream: bool = False,
+    single_item: bool = False,
+    glob: bool = False,
+    on_error: str | None = "fail",
+    **kwargs: Any,
+) -> list[Any]:
+    from snakedvc.engine import dvcpipeline
+    from snakedvc.engine.stamps import new_run_id
+    from snakedvc.engine.tracking import TrackingError
+
+    if os.environ.get(CALLS_FILE_ENV):  # which tests made the kit's runner run (the script counts them)
+        with open(os.environ[CALLS_FILE_ENV], "a") as calls:
+            calls.write(os.environ.get("PYTEST_CURRENT_TEST", "?").split(" ")[0] + "\n")
+    options = {"recursive": recursive, "pipeline": pipeline, "all_pipelines": all_pipelines,
+               "downstream": downstream, "single_item": single_item, "glob": glob, **kwargs}  # fmt: skip
+    if on_error not in (None, "fail"):
+        options[f"on_error={on_error}"] = True
+    asked = _asked(options)
+    if asked:
+        pytest.skip(f"snakedvc exp run has no equivalent of reproduce's {', '.join(asked)}")
+    root = Path(self.root_dir)
+    names = _stage_names(self, targets)
+    try:
+        plan = dvcpipeline.read_plan(
+            root, f"{dvcpipeline.PIPELINE_FOLDER}/{new_run_id()}", targets=names, force=bool(kwargs.get("force"))
+        )
+    except dvcpipeline.PipelineError as error:
+        if "no dvc.yaml stages" in str(error) or "no stages to run" in str(error):
+            pytest.skip("snakedvc exp run runs dvc.yaml pipelines; the test reproduces .dvc files alone")
+        for refused in REFUSED:
+            if refused in str(error):
+                pytest.skip(f"refused by snakedvc exp run by design, and named in its error: {refused}")
+        if isinstance(error.__context__, DvcException):  # DVC could not read the pipeline: its own error
+            raise error.__context__ from None
+        raise
+    done = [*plan.data, *plan.refresh, *plan.run]
+    if kwargs.get("dry"):
+        return _stages_of(self, done)
+    try:
+        dvcpipeline.commit_unrun(plan, root)
+    except TrackingError as error:  # a `dvc commit` that failed (data gone): DVC's error for it
+        raise ReproductionError(str(error)) from None
+    if plan.run:
+        try:
+            dvcpipeline.run_jobs(plan, PROFILE, [], root)
+        except dvcpipeline.PipelineError as error:
+            raise ReproductionError(str(error)) from None
+    return _stages_of(self, done)
+
+
+def _stages_of(repo: Repo, names: list[str]) -> list[Any]:
+    """The caller's repository's stage objects for ``names``, in that order (DVC's return value)."""
+    repo._reset()  # the commits ran in other processes: dvc.lock changed under this object
+    by_name = {stage.addressing: stage for stage in repo.index.stages}
+    return [by_name[name] for name in names]
+
+
+@pytest.fixture(autouse=True)
+def kit_runs_every_reproduce(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(Repo, "reproduce", kit_reproduce)
