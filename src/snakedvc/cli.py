@@ -357,6 +357,28 @@ def _add_sweep_commands(step: Step) -> None:
     p.add_argument("decisions", help="the decision log: <sweep folder>/asha/decisions.jsonl or its report's copy")
 
 
+def _add_exp_run(step: Step) -> None:
+    """`snakedvc exp run`: dvc exp run's options, each stage a job."""
+    p = step("exp", cmd_exp_run, "exp run: dvc exp run with every stage of dvc.yaml its own Snakemake (SLURM) job")
+    p = p.add_subparsers(dest="action", required=True, metavar="ACTION").add_parser(
+        "run", help="as dvc exp run does, in this workspace: snakedvc exp run [options] [TARGETS] [-- snakemake args]"
+    )
+    p.add_argument("--profile", help="a profile folder, or local / slurm: the kit's own where the project has "
+                   "no such folder (default: local)")  # fmt: skip
+    p.add_argument("-S", "--set-param", action="append", default=[], metavar="[FILE:]KEY=VALUE",
+                   help="change a param first, as dvc exp run -S does (repeatable)")  # fmt: skip
+    p.add_argument("-n", "--name", help="the experiment's name (default: DVC's)")
+    p.add_argument("--dry", action="store_true", help="print the stages that would run, in order; change nothing")
+    p.add_argument(
+        "-f", "--force", action="store_true", help="run every stage involved, changed or not (dvc exp run -f)"
+    )
+    p.add_argument("--resources", metavar="FILE",
+                   help="the stages' resources (default: snakedvc.yaml beside dvc.yaml, if there is one)")  # fmt: skip
+    p.add_argument(
+        "targets", nargs="*", metavar="TARGETS", help="stages to run, with the ones they need (default: all)"
+    )
+
+
 def _add_run_commands(step: Step) -> None:
     """The commands a person runs: detached runs and set-up."""
     p = step("submit", cmd_submit, "run the workflow detached, on the code as it is now; prints the run id")
@@ -382,24 +404,7 @@ def _add_run_commands(step: Step) -> None:
                         "Python environments at the top level are linked anyway)")  # fmt: skip
     p.add_argument("snakemake_args", nargs=argparse.REMAINDER, help="-- then Snakemake arguments, e.g. -- --config ...")
 
-    p = step("exp", cmd_exp_run, "exp run: dvc exp run with every stage of dvc.yaml its own Snakemake (SLURM) job")
-    p = p.add_subparsers(dest="action", required=True, metavar="ACTION").add_parser(
-        "run", help="as dvc exp run does, in this workspace: snakedvc exp run [options] [TARGETS] [-- snakemake args]"
-    )
-    p.add_argument("--profile", help="a profile folder, or local / slurm: the kit's own where the project has "
-                   "no such folder (default: local)")  # fmt: skip
-    p.add_argument("-S", "--set-param", action="append", default=[], metavar="[FILE:]KEY=VALUE",
-                   help="change a param first, as dvc exp run -S does (repeatable)")  # fmt: skip
-    p.add_argument("-n", "--name", help="the experiment's name (default: DVC's)")
-    p.add_argument("--dry", action="store_true", help="print the stages that would run, in order; change nothing")
-    p.add_argument(
-        "-f", "--force", action="store_true", help="run every stage involved, changed or not (dvc exp run -f)"
-    )
-    p.add_argument("--resources", metavar="FILE",
-                   help="the stages' resources (default: snakedvc.yaml beside dvc.yaml, if there is one)")  # fmt: skip
-    p.add_argument(
-        "targets", nargs="*", metavar="TARGETS", help="stages to run, with the ones they need (default: all)"
-    )
+    _add_exp_run(step)
 
     p = step("runs", cmd_runs, "list submitted runs")
     p.add_argument("--json", action="store_true", help="machine-readable")
