@@ -83,14 +83,22 @@ def slurm_jobs_by_rule(output: str) -> dict[str, list[str]]:
 
 def accounted_jobs(workdir: Path) -> list[dict[str, str]]:
     """Every SLURM job of the last two hours, any user's, that ran in ``workdir`` (sacct, one row a
-    job): id, name, partition, workdir, start, end, state."""
-    columns = "JobID,JobName%60,Partition,WorkDir%300,Start,End,State"
+    job): id, name, partition, workdir, submit, start, end, state."""
+    columns = "JobID,JobName%60,Partition,WorkDir%300,Submit,Start,End,State"
     out = subprocess.run(
         ["sacct", "-a", "-X", "-n", "-P", "-S", "now-2hours", "-o", columns], capture_output=True, text=True, check=True
     ).stdout
-    names = ("id", "name", "partition", "workdir", "start", "end", "state")
+    names = ("id", "name", "partition", "workdir", "submit", "start", "end", "state")
     rows = [dict(zip(names, line.split("|"), strict=True)) for line in out.splitlines()]
     return [row for row in rows if row["workdir"] == str(workdir)]
+
+
+def running_rule_jobs(rule: str, workdir: Path) -> list[str]:
+    """The ids of the running SLURM jobs of ``rule`` (the plugin's comment rule_<rule>) that run in
+    ``workdir``: a test picks its own job, never another session's left on the shared test cluster."""
+    out = subprocess.run(["squeue", "-h", "-t", "R", "-o", "%i|%k|%Z"], capture_output=True, text=True).stdout
+    rows = [line.split("|", 2) for line in out.splitlines()]
+    return [row[0] for row in rows if len(row) == 3 and row[1] == f"rule_{rule}" and row[2] == str(workdir)]
 
 
 def cluster_up(nodes: int) -> None:

@@ -19,7 +19,7 @@ import yaml
 
 from snakedvc.engine.dvcpipeline import PipelineError, kit_profile, read_plan
 from snakedvc.engine.names import experiment_ref
-from tests.conftest import git, slurm_jobs_by_rule
+from tests.conftest import git, running_rule_jobs, slurm_jobs_by_rule
 from tests.test_tutorial import BIN, ENV, run
 from tests.waiting import wait_until
 
@@ -368,7 +368,12 @@ def test_a_stage_cancelled_by_scancel_fails_the_run_naming_it(tmp_path: Path, sl
         cwd=repo, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
     try:
-        job = wait_until(lambda: running_job("rule_stage_second"), "stage second's job running", 180, proc=run)
+        job = wait_until(
+            lambda: next(iter(running_rule_jobs("stage_second", repo)), None),
+            "stage second's job running",
+            180,
+            proc=run,
+        )
         subprocess.run(["scancel", job], check=True)
         _, stderr = run.communicate(timeout=180)
     finally:
@@ -379,12 +384,6 @@ def test_a_stage_cancelled_by_scancel_fails_the_run_naming_it(tmp_path: Path, sl
     assert log and (repo / log.group(1)).exists(), stderr
     assert "Committed to dvc.lock: first; no experiment was saved" in stderr
     assert set(lock(repo)["stages"]) == {"first"}
-
-
-def running_job(comment: str) -> str | None:
-    """The id of the running SLURM job whose comment (the plugin's rule_<rule>) is ``comment``."""
-    out = subprocess.run(["squeue", "-h", "-t", "R", "-o", "%i %k"], capture_output=True, text=True).stdout
-    return next((line.split()[0] for line in out.splitlines() if line.split()[1:2] == [comment]), None)
 
 
 # A second pipeline in a subfolder that never ran: its dependency does not even exist.

@@ -112,7 +112,7 @@ def test_sigterm_to_two_node_training_checkpoints_and_the_retry_resumes(multinod
         cwd=project, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
     )  # fmt: skip
     wait_for_log(project, "epoch 200 ", snakemake)
-    first = running_train_job()
+    first = running_train_job(project)
     # SIGTERM to the job's steps, as SLURM sends it before the time limit (--signal=TERM@90): the
     # training step on both nodes gets it, the batch script does not. (A plain scancel signals
     # the batch script too; tests/test_slurm_resume.py covers that on one node.)

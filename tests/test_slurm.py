@@ -12,7 +12,16 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.conftest import REPO, SMALL_RUN, copy_project, md5, run_snakemake, slurm_jobs_by_rule, without_slurm
+from tests.conftest import (
+    REPO,
+    SMALL_RUN,
+    copy_project,
+    md5,
+    run_snakemake,
+    running_rule_jobs,
+    slurm_jobs_by_rule,
+    without_slurm,
+)
 from tests.waiting import text_of, wait_until
 
 pytestmark = pytest.mark.slurm
@@ -191,9 +200,7 @@ def test_scancelled_job_is_reported_and_retried(slurm_cluster, project: Path) ->
         """The running train job, once its log shows an epoch: the training's srun step is under way."""
         if not re.search(r"epoch \d+ train_loss", text_of(log)):
             return None
-        out = subprocess.run(["squeue", "-h", "-t", "R", "-o", "%i %k"], capture_output=True, text=True).stdout
-        rows = [line.partition(" ") for line in out.splitlines()]
-        return next((ident for ident, _, comment in rows if comment.startswith("rule_train")), None)
+        return next(iter(running_rule_jobs("train", project)), None)
 
     try:
         what = "the train job running, its log showing an epoch"

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from snakedvc.live import read_progress
-from tests.conftest import slurm_jobs_by_rule, trainers_in
+from tests.conftest import running_rule_jobs, slurm_jobs_by_rule, trainers_in
 from tests.waiting import text_of, wait_until
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
@@ -42,10 +42,9 @@ def wait_for_log(project: Path, needle: str, snakemake: subprocess.Popen[str], t
     )
 
 
-def running_train_job() -> str:
-    out = subprocess.run(["squeue", "-h", "-t", "R", "-o", "%i %k"], capture_output=True, text=True).stdout
-    ids = [line.split()[0] for line in out.splitlines() if line.split()[1:2] == ["rule_train"]]
-    assert len(ids) == 1, out
+def running_train_job(project: Path) -> str:
+    ids = running_rule_jobs("train", project)
+    assert len(ids) == 1, ids
     return ids[0]
 
 
@@ -69,7 +68,7 @@ def test_scancel_then_retry_resumes(slurm_cluster, project: Path) -> None:
         lambda: (found := read_progress(live)) and found.epoch >= 300 and found, "dvclive's epoch 300", 60, 0.1
     )
     wait_until(lambda: (read_progress(live) or first).epoch != first.epoch, "the running job's epoch to move", 60, 0.1)
-    subprocess.run(["scancel", running_train_job()], check=True)
+    subprocess.run(["scancel", running_train_job(project)], check=True)
     output = finish(snakemake)
     assert len(slurm_jobs_by_rule(output)["train"]) == 2
     # scancel sends SIGTERM: the trainer wrote a checkpoint at that step, and the retry resumed from it.
@@ -96,7 +95,7 @@ def test_time_limit_signal_checkpoints_and_resubmits(slurm_cluster, project: Pat
         cwd=project, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
     )  # fmt: skip
     wait_for_log(project, "epoch 100 ", snakemake)
-    first = running_train_job()
+    first = running_train_job(project)
     subprocess.run(["scontrol", "update", f"JobId={first}", "TimeLimit=2"], check=True)
     output = finish(snakemake)
     jobs = slurm_jobs_by_rule(output)["train"]
