@@ -1,46 +1,27 @@
-"""An existing DVC pipeline (dvc.yaml) run by Snakemake: one job per stage, recorded as `dvc exp run` records it.
-
-DVC reads the pipeline (its templating, ``vars``, ``foreach``/``matrix``, params, ``wdir``): the kit
-never parses DVC's format. DVC decides which stages run (those ``dvc status`` calls changed, and
-every stage downstream of one). Snakemake only schedules: each stage is a job of its own (a SLURM
-job under a SLURM profile) that runs the stage's commands as DVC would, and on the submit host a
-local job then runs ``dvc commit`` of that stage, serialised by the kit's lock, so dvc.lock and the
-cache hold what ``dvc repro`` would have written. The jobs are linked by marker files, not by the
-stages' outputs: DVC, not Snakemake, decides what is up to date, and Snakemake never deletes or
-checks a stage's outputs. At the end one ``dvc exp save`` makes the experiment, committing what
-``dvc exp run`` commits: dvc.lock, the params files and the outputs DVC does not cache.
-"""
+"""The pipeline as DVC reads it, and a run's plan: which stages run, in DVC's order, with their resources."""
 
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import json
 import logging
 import os
 import re
-import subprocess
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from snakedvc.engine.env import python_module
-from snakedvc.engine.records import ignore_kit_folder
 from snakedvc.engine.stage_resources import DEFAULT_FILE, StageResources, read_table, resources_of
-from snakedvc.engine.stamps import new_run_id
 
 log = logging.getLogger(__name__)
+
 
 # What a stage may use that this runner does not reproduce as DVC would: refused before any job.
 UNSUPPORTED_OUT_FLAGS = {
     "persist": "Snakemake's jobs start from a clean slate; a persistent output is not supported",
     "checkpoint": "a circular (checkpoint) output is not supported",
 }
-
-
-# Snakemake's options that run no job: the run would then record stages that did not run.
-DRY_RUN_OPTIONS = {"-n", "--dry-run", "--dryrun"}
 
 
 # A run's plan, markers and logs: .snakedvc/pipeline/<run id>/.
@@ -282,168 +263,6 @@ def set_params(overrides: Sequence[str], root: str | Path = ".") -> None:
         raise PipelineError(f"-S {' '.join(overrides)}: {error}{cause}") from None
 
 
-def commit_stage(name: str, root: str | Path = ".") -> None:
-    """`dvc commit` of one stage that has just run: its dvc.lock entry and its outputs in the cache."""
-    from snakedvc.engine.tracking import repo_lock, run_dvc
-
-    with repo_lock(root):
-        run_dvc(["commit", "--force", "--quiet", name], root)
-
-
-def exp_run(
-    profile: str | None,
-    overrides: Sequence[str] = (),
-    name: str = "",
-    snakemake_args: Sequence[str] = (),
-    root: str | Path = ".",
-    resources_file: str | Path | None = None,
-    targets: Sequence[str] = (),
-    force: bool = False,
-) -> str:
-    """`dvc exp run`, each stage a Snakemake job: the experiment's name. Where DVC finds nothing to
-    run, no job runs and the experiment is saved all the same, as `dvc exp run` saves one. A
-    failed stage stops the run before any experiment is saved; the stages that finished before it
-    are committed (dvc.lock), the failed one not. A pipeline, name or resources file that cannot
-    run is refused before the params files change."""
-    root = Path(root).resolve()
-    if DRY_RUN_OPTIONS & set(snakemake_args):
-        raise PipelineError("a dry run is `snakedvc exp run --dry` (Snakemake's --dry-run would record nothing)")
-    profile = str(pipeline_profile(profile, root))  # a wrong one fails now, not once a job is due
-    ignore_kit_folder(root)  # the plans, markers and logs; and Snakemake's records of the jobs:
-    ignore_kit_folder(root, ".snakemake", "Snakemake's records of snakedvc exp run's jobs")
-    with workspace_lock(root):
-        if name:
-            check_name_is_free(name, root)
-        return _exp_run(profile, overrides, name, snakemake_args, root, resources_file, targets, force)
-
-
-@contextlib.contextmanager
-def workspace_lock(root: Path) -> Iterator[None]:
-    """One exp run at a time in a workspace (its params files and outputs are the run's own), as
-    DVC allows one `dvc exp run` there; released when the process ends, however it ends."""
-    path = root / ".snakedvc" / "exp-run.lock"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a+") as handle:
-        try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise PipelineError(
-                f"another snakedvc exp run is running in {root} ({path}); wait for it, or run several "
-                "at once with `snakedvc submit`, each in a workspace of its own"
-            ) from None
-        yield
-
-
-def _exp_run(
-    profile: str | None,
-    overrides: Sequence[str],
-    name: str,
-    snakemake_args: Sequence[str],
-    root: Path,
-    resources_file: str | Path | None,
-    targets: Sequence[str],
-    force: bool = False,
-) -> str:
-    folder = f"{PIPELINE_FOLDER}/{new_run_id()}"
-    plan = read_plan(root, folder, resources_file, targets, force)
-    if overrides:
-        set_params(overrides, root)
-        plan = read_plan(root, folder, resources_file, targets, force)  # what runs depends on the new values
-    if not plan.run and not plan.refresh and not plan.data:
-        log.info(
-            "nothing to run: DVC reports every stage up to date (dvc status); saving the experiment as dvc exp run does"
-        )
-    # As `dvc exp run`: the experiment's name is chosen before any stage runs (DVC's own random
-    # name where none is given), and every stage sees it and the baseline in its environment.
-    name = name or random_experiment_name(root)
-    commit_unrun(plan, root)
-    if plan.run:
-        run_jobs(plan, profile, snakemake_args, root, experiment_env(name, root))
-    return save(plan, name, root)
-
-
-def commit_unrun(plan: Plan, root: Path) -> None:
-    """What `dvc repro` records without running it: `dvc add`ed data that changed, frozen stages
-    that changed, each committed anew (before any job: the jobs read them)."""
-    for source in plan.data:
-        log.info("%s changed: committed anew (as dvc repro does)", source)
-        commit_stage(source, root)
-    for frozen in plan.refresh:
-        log.info("stage %s is frozen: recorded as it is, not run (as dvc repro does)", frozen)
-        commit_stage(frozen, root)
-
-
-def random_experiment_name(root: Path) -> str:
-    """A name as `dvc exp run` gives one (DVC's generator), no experiment of the repository has."""
-    from dvc.repo.experiments.utils import gen_random_name
-
-    from snakedvc.engine.names import experiment_refs
-
-    taken = experiment_refs(root)
-    while (name := gen_random_name()) in taken:
-        pass
-    return name
-
-
-def experiment_env(name: str, root: Path) -> dict[str, str]:
-    """What `dvc exp run` adds to its stages' environment (DVC_EXP_NAME, DVC_EXP_BASELINE_REV: dvclive
-    reads them), and the thread variables as they are here, which each stage's job puts back."""
-    from snakedvc.stage import SUBMIT_THREAD_ENV, submit_thread_env
-
-    baseline = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, check=True)
-    return {
-        "DVC_EXP_NAME": name,
-        "DVC_EXP_BASELINE_REV": baseline.stdout.strip(),
-        SUBMIT_THREAD_ENV: submit_thread_env(),
-    }
-
-
-def run_jobs(
-    plan: Plan, profile: str | None, snakemake_args: Sequence[str], root: Path, env: dict[str, str] | None = None
-) -> None:
-    """Snakemake runs the plan's stages, each a job; a PipelineError naming the failed stages."""
-    plan_file = root / plan.folder / "plan.json"
-    plan.save(plan_file)
-    command = [
-        *python_module("snakemake"), "--snakefile", str(module_file()), "--directory", str(root),
-        "--profile", str(pipeline_profile(profile, root)), "--config", f"snakedvc_pipeline={plan_file}",
-        # The workspace lock already keeps this run alone here; Snakemake's own would outlive a
-        # killed run (a lost controller) and stop the next.
-        "--nolock", *snakemake_args,
-    ]  # fmt: skip
-    log.info("stages to run: %s", ", ".join(plan.run))
-    if subprocess.run(command, cwd=root, env={**os.environ, **(env or {})}).returncode != 0:
-        raise PipelineError(failure(plan, root))
-
-
-# The profiles the kit ships: `--profile slurm` works in a project that has none of its own.
-KIT_PROFILES = ("local", "slurm")
-
-# Where Snakemake looks for a workflow when given no --snakefile.
-SNAKEFILES = ("Snakefile", "snakefile", "workflow/Snakefile", "workflow/snakefile")
-
-
-def is_dvc_pipeline(root: Path, snakemake_args: Sequence[str] = ()) -> bool:
-    """A project `snakedvc submit` runs as a DVC pipeline: a dvc.yaml and no Snakemake workflow."""
-    if {"-s", "--snakefile"} & set(snakemake_args) or any((root / name).is_file() for name in SNAKEFILES):
-        return False
-    return (root / "dvc.yaml").is_file()
-
-
-@dataclass(frozen=True)
-class ExpRunOptions:
-    """What `snakedvc exp run` is given besides the profile and name: -S values, the resources
-    file, targets (a submitted run's controller passes them on)."""
-
-    overrides: tuple[str, ...] = ()
-    resources_file: str | None = None
-    targets: tuple[str, ...] = ()
-
-    def args(self) -> list[str]:
-        args = [arg for override in self.overrides for arg in ("-S", override)]
-        return [*args, *(["--resources", self.resources_file] if self.resources_file else []), *self.targets]
-
-
 def dry_run(
     overrides: Sequence[str] = (),
     root: str | Path = ".",
@@ -471,91 +290,3 @@ def dry_run(
                 (root / path).unlink(missing_ok=True)
             else:
                 (root / path).write_bytes(text)
-
-
-def check_name_is_free(name: str, root: Path) -> None:
-    """Before any job, as `dvc exp run -n` checks: a valid name no experiment of this repository has."""
-    from snakedvc.engine.names import experiment_refs, validate_experiment_name
-
-    validate_experiment_name(name)
-    if name in experiment_refs(root):
-        raise PipelineError(
-            f"experiment {name!r} exists already (dvc exp show): another -n, or `dvc exp remove {name}`"
-        )
-
-
-def failure(plan: Plan, root: Path) -> str:
-    """What a failed run says: the stages that failed, with their logs; what dvc.lock kept."""
-    failed = [s for s in plan.run if (root / plan.log(s)).exists() and not (root / plan.ran(s)).exists()]
-    done = [s for s in plan.run if (root / plan.committed(s)).exists()]
-    where = (
-        "; ".join(
-            f"stage {s!r} failed: its log is {plan.log(s)} (its command: {' && '.join(plan.stage(s).commands)})"
-            for s in failed
-        )
-        or "the pipeline failed"
-    )
-    return (
-        f"{where} (Snakemake's messages above say more). "
-        f"Committed to dvc.lock: {', '.join(done) or 'no stage'}; no experiment was saved"
-    )
-
-
-def save(plan: Plan, name: str, root: Path) -> str:
-    """One `dvc exp save` with what `dvc exp run` commits: dvc.lock (the stages that ran), params,
-    the uncached outputs of the stages that ran."""
-    from snakedvc.engine.tracking import note_saved, repo_lock, run_dvc, trim_experiment
-
-    args = ["exp", "save"]
-    if name:
-        args += ["--name", name]
-    # Nothing ran: the experiment holds what the run involves, as `dvc exp run`'s does.
-    involved = plan.run if plan.run or plan.refresh or plan.data else plan.wanted
-    produced = {out for stage in involved for out in plan.stage(stage).uncached if (root / out).exists()}
-    for path in sorted(produced):
-        args += ["--include-untracked", path]
-    # Its stages only: without targets `dvc exp save` commits every stage, and would record a
-    # stage this run did not run (a target's neighbour, a frozen one) as up to date with new inputs.
-    # Nothing ran: the stages the run involves, all up to date (their commit changes nothing).
-    args += ["--", *(plan.data + plan.refresh + plan.run or plan.wanted)]
-    with repo_lock(root):
-        out = run_dvc(args, root)
-        match = re.search(r"saved as:\s*(\S+)", out)
-        saved = match.group(1) if match else name
-        # DVC's scratch files out, and the outputs DVC caches: `dvc exp save` force-adds a cached
-        # metrics or plots file, which `dvc exp run`'s commit never holds (git would then track an
-        # output DVC tracks: `dvc repro` on a branch of the experiment refuses it).
-        trim_experiment(saved, keep=[], records=cached_outputs(plan), root=root)
-    log.info("experiment saved: %s", saved)
-    note_saved(saved)
-    return saved
-
-
-def cached_outputs(plan: Plan) -> list[str]:
-    """Every output of the pipeline DVC caches (git never holds them)."""
-    outs = {out for stage in plan.stages for out in stage.outs}
-    return sorted(outs - {out for stage in plan.stages for out in stage.uncached})
-
-
-def module_file() -> Path:
-    return Path(__file__).resolve().parent.parent / "modules" / "dvc_pipeline.smk"
-
-
-def pipeline_profile(profile: str | None, root: Path) -> Path:
-    """A profile folder: ``profile`` as a path (relative to ``root``), or ``local``/``slurm`` where
-    the project has no such folder: the kit's own (every job on this machine; the partitions of
-    its partitions.yaml). None: local."""
-    profile = profile or "local"
-    path = root / profile
-    if (path / "config.yaml").is_file():
-        return path
-    if profile in KIT_PROFILES:
-        return kit_profile(profile)
-    raise PipelineError(
-        f"profile {profile!r}: no config.yaml in {path} (a profile is a folder; "
-        f"{' and '.join(KIT_PROFILES)} name the kit's own where the project has no such folder)"
-    )
-
-
-def kit_profile(name: str) -> Path:
-    return Path(__file__).resolve().parent.parent / "profiles" / name

@@ -1,0 +1,180 @@
+"""`snakedvc exp run`: the plan run by Snakemake (one job per stage), then saved as an experiment."""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import logging
+import os
+import subprocess
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from snakedvc.engine.dvcpipeline.commit import commit_unrun
+from snakedvc.engine.dvcpipeline.plan import PIPELINE_FOLDER, PipelineError, Plan, read_plan, set_params
+from snakedvc.engine.dvcpipeline.save import check_name_is_free, failure, random_experiment_name, save
+from snakedvc.engine.env import python_module
+from snakedvc.engine.records import ignore_kit_folder
+from snakedvc.engine.stamps import new_run_id
+
+log = logging.getLogger(__name__)
+
+
+# Snakemake's options that run no job: the run would then record stages that did not run.
+DRY_RUN_OPTIONS = {"-n", "--dry-run", "--dryrun"}
+
+
+def exp_run(
+    profile: str | None,
+    overrides: Sequence[str] = (),
+    name: str = "",
+    snakemake_args: Sequence[str] = (),
+    root: str | Path = ".",
+    resources_file: str | Path | None = None,
+    targets: Sequence[str] = (),
+    force: bool = False,
+) -> str:
+    """`dvc exp run`, each stage a Snakemake job: the experiment's name. Where DVC finds nothing to
+    run, no job runs and the experiment is saved all the same, as `dvc exp run` saves one. A
+    failed stage stops the run before any experiment is saved; the stages that finished before it
+    are committed (dvc.lock), the failed one not. A pipeline, name or resources file that cannot
+    run is refused before the params files change."""
+    root = Path(root).resolve()
+    if DRY_RUN_OPTIONS & set(snakemake_args):
+        raise PipelineError("a dry run is `snakedvc exp run --dry` (Snakemake's --dry-run would record nothing)")
+    profile = str(pipeline_profile(profile, root))  # a wrong one fails now, not once a job is due
+    ignore_kit_folder(root)  # the plans, markers and logs; and Snakemake's records of the jobs:
+    ignore_kit_folder(root, ".snakemake", "Snakemake's records of snakedvc exp run's jobs")
+    with workspace_lock(root):
+        if name:
+            check_name_is_free(name, root)
+        return _exp_run(profile, overrides, name, snakemake_args, root, resources_file, targets, force)
+
+
+@contextlib.contextmanager
+def workspace_lock(root: Path) -> Iterator[None]:
+    """One exp run at a time in a workspace (its params files and outputs are the run's own), as
+    DVC allows one `dvc exp run` there; released when the process ends, however it ends."""
+    path = root / ".snakedvc" / "exp-run.lock"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a+") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise PipelineError(
+                f"another snakedvc exp run is running in {root} ({path}); wait for it, or run several "
+                "at once with `snakedvc submit`, each in a workspace of its own"
+            ) from None
+        yield
+
+
+def _exp_run(
+    profile: str | None,
+    overrides: Sequence[str],
+    name: str,
+    snakemake_args: Sequence[str],
+    root: Path,
+    resources_file: str | Path | None,
+    targets: Sequence[str],
+    force: bool = False,
+) -> str:
+    folder = f"{PIPELINE_FOLDER}/{new_run_id()}"
+    plan = read_plan(root, folder, resources_file, targets, force)
+    if overrides:
+        set_params(overrides, root)
+        plan = read_plan(root, folder, resources_file, targets, force)  # what runs depends on the new values
+    if not plan.run and not plan.refresh and not plan.data:
+        log.info(
+            "nothing to run: DVC reports every stage up to date (dvc status); saving the experiment as dvc exp run does"
+        )
+    # As `dvc exp run`: the experiment's name is chosen before any stage runs (DVC's own random
+    # name where none is given), and every stage sees it and the baseline in its environment.
+    name = name or random_experiment_name(root)
+    commit_unrun(plan, root)
+    if plan.run:
+        run_jobs(plan, profile, snakemake_args, root, experiment_env(name, root))
+    return save(plan, name, root)
+
+
+def experiment_env(name: str, root: Path) -> dict[str, str]:
+    """What `dvc exp run` adds to its stages' environment (DVC_EXP_NAME, DVC_EXP_BASELINE_REV: dvclive
+    reads them), and the thread variables as they are here, which each stage's job puts back."""
+    from snakedvc.stage import SUBMIT_THREAD_ENV, submit_thread_env
+
+    baseline = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, check=True)
+    return {
+        "DVC_EXP_NAME": name,
+        "DVC_EXP_BASELINE_REV": baseline.stdout.strip(),
+        SUBMIT_THREAD_ENV: submit_thread_env(),
+    }
+
+
+def run_jobs(
+    plan: Plan, profile: str | None, snakemake_args: Sequence[str], root: Path, env: dict[str, str] | None = None
+) -> None:
+    """Snakemake runs the plan's stages, each a job; a PipelineError naming the failed stages."""
+    plan_file = root / plan.folder / "plan.json"
+    plan.save(plan_file)
+    command = [
+        *python_module("snakemake"), "--snakefile", str(module_file()), "--directory", str(root),
+        "--profile", str(pipeline_profile(profile, root)), "--config", f"snakedvc_pipeline={plan_file}",
+        # The workspace lock already keeps this run alone here; Snakemake's own would outlive a
+        # killed run (a lost controller) and stop the next.
+        "--nolock", *snakemake_args,
+    ]  # fmt: skip
+    log.info("stages to run: %s", ", ".join(plan.run))
+    if subprocess.run(command, cwd=root, env={**os.environ, **(env or {})}).returncode != 0:
+        raise PipelineError(failure(plan, root))
+
+
+# The profiles the kit ships: `--profile slurm` works in a project that has none of its own.
+KIT_PROFILES = ("local", "slurm")
+
+# Where Snakemake looks for a workflow when given no --snakefile.
+SNAKEFILES = ("Snakefile", "snakefile", "workflow/Snakefile", "workflow/snakefile")
+
+
+def is_dvc_pipeline(root: Path, snakemake_args: Sequence[str] = ()) -> bool:
+    """A project `snakedvc submit` runs as a DVC pipeline: a dvc.yaml and no Snakemake workflow."""
+    if {"-s", "--snakefile"} & set(snakemake_args) or any((root / name).is_file() for name in SNAKEFILES):
+        return False
+    return (root / "dvc.yaml").is_file()
+
+
+@dataclass(frozen=True)
+class ExpRunOptions:
+    """What `snakedvc exp run` is given besides the profile and name: -S values, the resources
+    file, targets (a submitted run's controller passes them on)."""
+
+    overrides: tuple[str, ...] = ()
+    resources_file: str | None = None
+    targets: tuple[str, ...] = ()
+
+    def args(self) -> list[str]:
+        args = [arg for override in self.overrides for arg in ("-S", override)]
+        return [*args, *(["--resources", self.resources_file] if self.resources_file else []), *self.targets]
+
+
+def module_file() -> Path:
+    return Path(__file__).resolve().parents[2] / "modules" / "dvc_pipeline.smk"
+
+
+def pipeline_profile(profile: str | None, root: Path) -> Path:
+    """A profile folder: ``profile`` as a path (relative to ``root``), or ``local``/``slurm`` where
+    the project has no such folder: the kit's own (every job on this machine; the partitions of
+    its partitions.yaml). None: local."""
+    profile = profile or "local"
+    path = root / profile
+    if (path / "config.yaml").is_file():
+        return path
+    if profile in KIT_PROFILES:
+        return kit_profile(profile)
+    raise PipelineError(
+        f"profile {profile!r}: no config.yaml in {path} (a profile is a folder; "
+        f"{' and '.join(KIT_PROFILES)} name the kit's own where the project has no such folder)"
+    )
+
+
+def kit_profile(name: str) -> Path:
+    return Path(__file__).resolve().parents[2] / "profiles" / name

@@ -1,0 +1,87 @@
+"""The experiment a run ends in: one `dvc exp save` of what `dvc exp run` commits; a failed run's message."""
+
+from __future__ import annotations
+
+import logging
+import re
+from pathlib import Path
+
+from snakedvc.engine.dvcpipeline.plan import PipelineError, Plan
+
+log = logging.getLogger(__name__)
+
+
+def check_name_is_free(name: str, root: Path) -> None:
+    """Before any job, as `dvc exp run -n` checks: a valid name no experiment of this repository has."""
+    from snakedvc.engine.names import experiment_refs, validate_experiment_name
+
+    validate_experiment_name(name)
+    if name in experiment_refs(root):
+        raise PipelineError(
+            f"experiment {name!r} exists already (dvc exp show): another -n, or `dvc exp remove {name}`"
+        )
+
+
+def random_experiment_name(root: Path) -> str:
+    """A name as `dvc exp run` gives one (DVC's generator), no experiment of the repository has."""
+    from dvc.repo.experiments.utils import gen_random_name
+
+    from snakedvc.engine.names import experiment_refs
+
+    taken = experiment_refs(root)
+    while (name := gen_random_name()) in taken:
+        pass
+    return name
+
+
+def failure(plan: Plan, root: Path) -> str:
+    """What a failed run says: the stages that failed, with their logs; what dvc.lock kept."""
+    failed = [s for s in plan.run if (root / plan.log(s)).exists() and not (root / plan.ran(s)).exists()]
+    done = [s for s in plan.run if (root / plan.committed(s)).exists()]
+    where = (
+        "; ".join(
+            f"stage {s!r} failed: its log is {plan.log(s)} (its command: {' && '.join(plan.stage(s).commands)})"
+            for s in failed
+        )
+        or "the pipeline failed"
+    )
+    return (
+        f"{where} (Snakemake's messages above say more). "
+        f"Committed to dvc.lock: {', '.join(done) or 'no stage'}; no experiment was saved"
+    )
+
+
+def save(plan: Plan, name: str, root: Path) -> str:
+    """One `dvc exp save` with what `dvc exp run` commits: dvc.lock (the stages that ran), params,
+    the uncached outputs of the stages that ran."""
+    from snakedvc.engine.tracking import note_saved, repo_lock, run_dvc, trim_experiment
+
+    args = ["exp", "save"]
+    if name:
+        args += ["--name", name]
+    # Nothing ran: the experiment holds what the run involves, as `dvc exp run`'s does.
+    involved = plan.run if plan.run or plan.refresh or plan.data else plan.wanted
+    produced = {out for stage in involved for out in plan.stage(stage).uncached if (root / out).exists()}
+    for path in sorted(produced):
+        args += ["--include-untracked", path]
+    # Its stages only: without targets `dvc exp save` commits every stage, and would record a
+    # stage this run did not run (a target's neighbour, a frozen one) as up to date with new inputs.
+    # Nothing ran: the stages the run involves, all up to date (their commit changes nothing).
+    args += ["--", *(plan.data + plan.refresh + plan.run or plan.wanted)]
+    with repo_lock(root):
+        out = run_dvc(args, root)
+        match = re.search(r"saved as:\s*(\S+)", out)
+        saved = match.group(1) if match else name
+        # DVC's scratch files out, and the outputs DVC caches: `dvc exp save` force-adds a cached
+        # metrics or plots file, which `dvc exp run`'s commit never holds (git would then track an
+        # output DVC tracks: `dvc repro` on a branch of the experiment refuses it).
+        trim_experiment(saved, keep=[], records=cached_outputs(plan), root=root)
+    log.info("experiment saved: %s", saved)
+    note_saved(saved)
+    return saved
+
+
+def cached_outputs(plan: Plan) -> list[str]:
+    """Every output of the pipeline DVC caches (git never holds them)."""
+    outs = {out for stage in plan.stages for out in stage.outs}
+    return sorted(outs - {out for stage in plan.stages for out in stage.uncached})
