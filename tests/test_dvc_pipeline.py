@@ -155,7 +155,13 @@ def test_exp_run_records_what_dvc_exp_run_records(project: Path) -> None:
     out = snakedvc(by_kit, "exp", "run", "-S", "train.lr=0.3", "-S", "more.yaml:scale=3", "-n", "same")
     assert out.stdout.strip() == "same"
     assert outputs(by_kit) == outputs(by_dvc) and len(outputs(by_kit)) == 8
-    assert lock(by_kit) == lock(by_dvc)  # dicts: the stages' order in the file is the order they finished
+    # The same bytes, entries in DVC's order though the batches commit them as their jobs end; and
+    # DVC's commit message, whose hash is of the recorded stages' lock entries.
+    assert (by_kit / "dvc.lock").read_text() == (by_dvc / "dvc.lock").read_text()
+    subject = ["log", "-1", "--format=%s"]
+    assert git(by_kit, *subject, experiment_ref("same", by_kit)) == git(
+        by_dvc, *subject, experiment_ref("same", by_dvc)
+    )
     assert experiment(by_kit, "same") == experiment(by_dvc, "same")
     assert experiment(by_kit, "same")["params"]["more.yaml"]["data"] == {"scale": 3}
     for repo in (by_dvc, by_kit):
@@ -518,3 +524,50 @@ def test_a_project_whose_script_shares_a_standard_modules_name_runs(tmp_path: Pa
     ran = len(list((repo / ".snakedvc/pipeline").glob("*/ran/*")))
     snakedvc(repo, "exp", "run", "-f", "-n", "forced")
     assert len(list((repo / ".snakedvc/pipeline").glob("*/ran/*"))) == ran + 1
+
+
+# prepare's output does not depend on its param (a rounding); `count` appends to a file the stages
+# do not declare, so each run of a stage leaves a line.
+UNCHANGED_UPSTREAM = """\
+stages:
+  prepare:
+    cmd: python -c "import yaml; n = yaml.safe_load(open('params.yaml'))['n']; print(round(n))" > prepared.txt && echo prepare >> runs.txt
+    params: [n]
+    outs: [prepared.txt]
+  featurize:
+    cmd: cp prepared.txt features.txt && echo featurize >> runs.txt
+    deps: [prepared.txt]
+    outs: [features.txt]
+  train:
+    cmd: cp features.txt model.txt && echo train >> runs.txt
+    deps: [features.txt]
+    outs: [model.txt]
+"""
+
+
+def test_a_stage_whose_inputs_came_out_unchanged_is_skipped_at_run_time(tmp_path: Path) -> None:
+    """`dvc repro` decides each stage just before it would run: prepare reruns (its param changed)
+    but writes the same bytes, so featurize and train are skipped ("didn't change, skipping").
+    The kit's plan is fixed at the start: they wait for that decision, made on the submit host."""
+    files = {"params.yaml": "n: 2.0\n", "dvc.yaml": UNCHANGED_UPSTREAM, ".gitignore": "runs.txt\n"}
+    origin = dvc_project(tmp_path / "origin", files)
+    by_dvc, by_kit = clone(origin, "by-dvc"), clone(origin, "by-kit")
+    for repo in (by_dvc, by_kit):  # the baseline: every stage run and committed
+        dvc(repo, "repro")
+        git(repo, "add", "-A")
+        git(repo, "commit", "-q", "-m", "reproduced")
+        (repo / "runs.txt").unlink()
+    dvc(by_dvc, "exp", "run", "-n", "rounded", "-S", "n=2.2")
+    out = snakedvc(by_kit, "exp", "run", "-n", "rounded", "-S", "n=2.2")
+    assert (by_dvc / "runs.txt").read_text() == "prepare\n"
+    assert (by_kit / "runs.txt").read_text() == "prepare\n", out.stderr
+    assert "Stage 'featurize' didn't change, skipping" in out.stderr
+    assert (by_kit / "dvc.lock").read_text() == (by_dvc / "dvc.lock").read_text()
+    assert experiment(by_kit, "rounded") == experiment(by_dvc, "rounded")
+    # A change that does reach them: both run, in both runners.
+    dvc(by_dvc, "exp", "run", "-n", "three", "-S", "n=3")
+    snakedvc(by_kit, "exp", "run", "-n", "three", "-S", "n=3")
+    assert (
+        (by_kit / "runs.txt").read_text() == (by_dvc / "runs.txt").read_text() == "prepare\nprepare\nfeaturize\ntrain\n"
+    )
+    assert (by_kit / "dvc.lock").read_text() == (by_dvc / "dvc.lock").read_text()

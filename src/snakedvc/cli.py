@@ -54,16 +54,10 @@ def cmd_stage_run(args: argparse.Namespace) -> None:
     commands = args.commands[1:] if args.commands[:1] == ["--"] else args.commands
     layout = Layout(args.nodes, args.procs_per_node) if args.procs_per_node else None
     code = run_stage(
-        args.stage, commands, args.wdir, args.remove, layout=layout, keep_thread_limits=args.keep_thread_limits
-    )
+        args.stage, commands, args.wdir, args.remove, layout=layout, keep_thread_limits=args.keep_thread_limits,
+        decision=args.decision,
+    )  # fmt: skip
     raise SystemExit(code)
-
-
-def cmd_dvc_commit(args: argparse.Namespace) -> None:
-    from snakedvc.engine.dvcpipeline import commit_stage
-
-    commit_stage(args.stage)
-    log.info("committed stage %s (dvc.lock)", args.stage)
 
 
 # `dvc exp run` exits 255 on any error; `snakedvc exp run` in its place does too.
@@ -295,10 +289,13 @@ def _add_step_commands(step: Step) -> None:
         action="store_true",
         help="keep Snakemake's OMP_NUM_THREADS & co. (the stage's cpus in snakedvc.yaml); else the submit's values",
     )
+    p.add_argument(
+        "--decision",
+        metavar="FILE",
+        help="wait for this file, written on the submit host once the upstream stages are recorded: "
+        "run, skip (the stage's inputs came out unchanged) or stop",
+    )
     p.add_argument("commands", nargs=argparse.REMAINDER, help="-- then each command line as one argument")
-
-    p = step("dvc-commit", cmd_dvc_commit, "dvc commit of one stage that has run (submit host, serialised)")
-    p.add_argument("stage")
 
     p = step("report", cmd_report, "one self-contained HTML page of the run: metrics, curves, plots, DAG, resources")
     p.add_argument("--out", default="results/report.html", help="where to write it (default results/report.html)")

@@ -17,6 +17,7 @@ import os
 import shlex
 import shutil
 import subprocess
+import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -52,6 +53,21 @@ def without_thread_limits(environ: dict[str, str]) -> dict[str, str]:
     return env
 
 
+# Seconds a stage's job waits for the word whether to run. It comes within seconds of the
+# upstream stages' end; none after this long means the run that started the job is gone.
+DECISION_WAIT_S = 600
+
+
+def wait_for_decision(path: Path, wait_s: float = DECISION_WAIT_S) -> str:
+    """The word the submit host wrote to ``path`` (engine/dvcpipeline/commit.py), once it is there."""
+    deadline = time.monotonic() + wait_s
+    while not path.is_file():
+        if time.monotonic() > deadline:
+            return f"stop no word in {path} after {wait_s:.0f} s: the snakedvc exp run that started this job is gone"
+        time.sleep(0.1)
+    return path.read_text().strip()
+
+
 # Options DVC passes to these shells so that no start-up file changes the command's environment.
 QUIET_SHELL_OPTIONS = {"bash": ["--noprofile", "--norc"], "zsh": ["--no-rcs"]}
 
@@ -69,11 +85,21 @@ def run_stage(
     root: str | Path = ".",
     layout: Layout | None = None,
     keep_thread_limits: bool = False,
+    decision: str | Path | None = None,
 ) -> int:
     """Remove ``remove`` (paths under ``root``) and make their folders, then run ``commands`` in
     ``wdir``; the first failing command's exit status, or 0. With a ``layout`` each command runs
-    through `snakedvc launch` (N processes, N nodes, a job step of its own)."""
+    through `snakedvc launch` (N processes, N nodes, a job step of its own). With a ``decision``
+    file, first wait for the submit host's word: run, skip (nothing removed, nothing run) or stop."""
     root = Path(root).resolve()
+    if decision is not None:
+        word, _, why = wait_for_decision(root / decision).partition(" ")
+        if word == "skip":
+            log.info("Stage '%s' didn't change, skipping", name)
+            return 0
+        if word != "run":
+            log.error("stage %s: not run: %s", name, why or word)
+            return 1
     for path in remove:
         target = root / path
         if target.is_dir() and not target.is_symlink():

@@ -73,7 +73,6 @@ def kit_reproduce(
 ) -> list[Any]:
     from snakedvc.engine import dvcpipeline
     from snakedvc.engine.stamps import new_run_id
-    from snakedvc.engine.tracking import TrackingError
 
     if os.environ.get(CALLS_FILE_ENV):  # which tests made the kit's runner run (the script counts them)
         with open(os.environ[CALLS_FILE_ENV], "a") as calls:
@@ -100,19 +99,14 @@ def kit_reproduce(
         if isinstance(error.__context__, DvcException):  # DVC could not read the pipeline: its own error
             raise error.__context__ from None
         raise
-    done = [*plan.data, *plan.refresh, *plan.run]
     if kwargs.get("dry"):
-        return _stages_of(self, done)
+        return _stages_of(self, [*plan.data, *plan.refresh, *plan.run])
     try:
-        dvcpipeline.commit_unrun(plan, root)
-    except TrackingError as error:  # a `dvc commit` that failed (data gone): DVC's error for it
+        recorded = dvcpipeline.run_plan(plan, PROFILE, [], root)
+    except dvcpipeline.PipelineError as error:  # a stage that failed, data gone: DVC's error for it
         raise ReproductionError(str(error)) from None
-    if plan.run:
-        try:
-            dvcpipeline.run_jobs(plan, PROFILE, [], root)
-        except dvcpipeline.PipelineError as error:
-            raise ReproductionError(str(error)) from None
-    return _stages_of(self, done)
+    # As DVC's: the stages it recorded, not those it found unchanged at run time.
+    return _stages_of(self, [*plan.data, *plan.refresh, *recorded.ran])
 
 
 def _stages_of(repo: Repo, names: list[str]) -> list[Any]:

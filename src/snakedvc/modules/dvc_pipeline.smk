@@ -3,11 +3,12 @@
 # the plan this file loads (config key snakedvc_pipeline): which stages run, in what order.
 #
 # A stage's job runs its commands as DVC would (`snakedvc stage-run`: in its wdir, by the shell,
-# DVC_ROOT and DVC_STAGE set, its outputs removed first, their folders made). A local job on the submit host then
-# runs `dvc commit` of the stage (serialised by the kit's lock); the stages downstream wait for
-# that. A stage's threads and resources come from snakedvc.yaml (the plan has them); the
-# profile routes them as it routes any rule's. Jobs are linked by marker files under the plan's
-# folder, never by the stages' outputs: DVC alone decides what is up to date.
+# DVC_ROOT and DVC_STAGE set, its outputs removed first, their folders made). No DVC runs here:
+# `snakedvc exp run`'s own process commits the stages that finished, in batches, and tells a
+# stage whose upstream stages ran whether to run (its job waits for that word: --decision).
+# A stage's threads and resources come from snakedvc.yaml (the plan has them); the profile
+# routes them as it routes any rule's. Jobs are linked by marker files under the plan's folder,
+# never by the stages' outputs: DVC alone decides what is up to date.
 from snakedvc.engine.dvcpipeline import Plan, stage_run_options
 from snakedvc.engine.env import use_this_interpreter
 
@@ -17,7 +18,7 @@ PLAN = Plan.load(config["snakedvc_pipeline"])
 
 rule all:
     input:
-        [PLAN.committed(name) for name in PLAN.run],
+        [PLAN.ran(name) for name in PLAN.run],
     default_target: True
 
 
@@ -36,26 +37,13 @@ for stage in PLAN.stages:
             outs=list(stage.outs),
             commands=list(stage.commands),
             options=stage_run_options(stage.job),
+            decision=["--decision", PLAN.decision(stage.name)] if PLAN.waits(stage.name) else [],
         log:
             PLAN.log(stage.name),
         threads: stage.job.threads
         resources:
             **stage.job.resources,
         shell:
-            "snakedvc stage-run --stage {params.stage:q} --wdir {params.wdir:q} {params.options:q}"
+            "snakedvc stage-run --stage {params.stage:q} --wdir {params.wdir:q} {params.options:q} {params.decision:q}"
             " --remove {params.outs:q} -- {params.commands:q} > {log:q} 2>&1"
 
-    rule:
-        name:
-            f"commit_{stage.rule}"
-        input:
-            PLAN.ran(stage.name),
-        output:
-            touch(PLAN.committed(stage.name)),
-        params:
-            stage=stage.name,
-        log:
-            f"{PLAN.folder}/logs/commit_{stage.rule}.log",
-        localrule: True
-        shell:
-            "snakedvc dvc-commit --log {log:q} {params.stage:q}"

@@ -3,9 +3,10 @@
 DVC reads the pipeline (its templating, ``vars``, ``foreach``/``matrix``, params, ``wdir``): the kit
 never parses DVC's format. DVC decides which stages run (those ``dvc status`` calls changed, and
 every stage downstream of one). Snakemake only schedules: each stage is a job of its own (a SLURM
-job under a SLURM profile) that runs the stage's commands as DVC would, and on the submit host a
-local job then runs ``dvc commit`` of that stage, serialised by the kit's lock, so dvc.lock and the
-cache hold what ``dvc repro`` would have written. The jobs are linked by marker files, not by the
+job under a SLURM profile) that runs the stage's commands as DVC would, while on the submit host
+the run's own process commits the stages that finished, in batches, serialised by the kit's lock,
+so dvc.lock and the cache hold what ``dvc repro`` would have written, and decides at run time, as
+``dvc repro`` does, whether a stage downstream of one that ran must run. The jobs are linked by marker files, not by the
 stages' outputs: DVC, not Snakemake, decides what is up to date, and Snakemake never deletes or
 checks a stage's outputs. At the end one ``dvc exp save`` makes the experiment, committing what
 ``dvc exp run`` commits: dvc.lock, the params files and the outputs DVC does not cache.
@@ -16,7 +17,7 @@ stages finish), ``save`` (the experiment). `snakedvc submit` runs ``run`` in a r
 (engine/runs/submission.py).
 """
 
-from snakedvc.engine.dvcpipeline.commit import commit_stage, commit_unrun
+from snakedvc.engine.dvcpipeline.commit import Bookkeeper
 from snakedvc.engine.dvcpipeline.plan import (
     PIPELINE_FOLDER,
     PipelineError,
@@ -34,12 +35,12 @@ from snakedvc.engine.dvcpipeline.run import (
     is_dvc_pipeline,
     kit_profile,
     pipeline_profile,
-    run_jobs,
+    run_plan,
 )
-from snakedvc.engine.dvcpipeline.save import save
+from snakedvc.engine.dvcpipeline.save import Recorded, save
 
 __all__ = [
-    "PIPELINE_FOLDER", "ExpRunOptions", "PipelineError", "Plan", "Stage", "commit_stage", "commit_unrun", "dry_run",
-    "exp_run", "is_dvc_pipeline", "kit_profile", "pipeline_profile", "read_plan", "run_jobs", "save", "set_params",
+    "PIPELINE_FOLDER", "ExpRunOptions", "Recorded", "PipelineError", "Plan", "Stage", "Bookkeeper", "dry_run",
+    "exp_run", "is_dvc_pipeline", "kit_profile", "pipeline_profile", "read_plan", "run_plan", "save", "set_params",
     "stage_run_launch_args", "stage_run_options",
 ]  # fmt: skip

@@ -1,29 +1,210 @@
-"""What a run records in dvc.lock as its stages finish (on the submit host, serialised by the kit's lock)."""
+"""What `dvc repro` does between stages, done on the submit host beside Snakemake's jobs.
+
+One DVC repository object, held open in `snakedvc exp run`'s own process, commits the stages
+that finished (dvc.lock, the cache) in batches: one pass of a loop commits every stage whose job
+finished since the last, under the kit's lock and DVC's, with no process per commit. A stage
+whose upstream stages run in this run waits in its job for a word from this loop, written once
+every such upstream stage is committed (or skipped): run, if DVC found it changed at the start or
+its dependencies came out changed; skip otherwise, as `dvc repro` skips it ("Stage 'x' didn't
+change, skipping"); stop, if an upstream stage could not be committed. dvc.lock never records a
+stage whose job did not finish.
+"""
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import os
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
-from snakedvc.engine.dvcpipeline.plan import Plan
+from snakedvc.engine.dvcpipeline.plan import PipelineError, Plan
+from snakedvc.engine.tracking import repo_lock
 
 log = logging.getLogger(__name__)
 
-
-def commit_stage(name: str, root: str | Path = ".") -> None:
-    """`dvc commit` of one stage that has just run: its dvc.lock entry and its outputs in the cache."""
-    from snakedvc.engine.tracking import repo_lock, run_dvc
-
-    with repo_lock(root):
-        run_dvc(["commit", "--force", "--quiet", name], root)
+# The words a waiting stage's job reads (snakedvc stage-run --decision).
+RUN, SKIP, STOP = "run", "skip", "stop"
 
 
-def commit_unrun(plan: Plan, root: Path) -> None:
-    """What `dvc repro` records without running it: `dvc add`ed data that changed, frozen stages
-    that changed, each committed anew (before any job: the jobs read them)."""
-    for source in plan.data:
-        log.info("%s changed: committed anew (as dvc repro does)", source)
-        commit_stage(source, root)
-    for frozen in plan.refresh:
-        log.info("stage %s is frozen: recorded as it is, not run (as dvc repro does)", frozen)
-        commit_stage(frozen, root)
+def lock_keys(path: Path) -> set[str]:
+    """The stage entries a dvc.lock has (none where there is no file)."""
+    import yaml
+
+    if not path.is_file():
+        return set()
+    return set((yaml.safe_load(path.read_text()) or {}).get("stages") or {})
+
+
+class Bookkeeper:
+    """The commits and run-time decisions of one run's plan; ``step()`` is one pass, ``close()`` the last."""
+
+    def __init__(self, plan: Plan, root: Path) -> None:
+        self.plan, self.root = plan, root
+        self.committed: list[str] = []  # stages whose job finished, recorded in dvc.lock
+        self.skipped: list[str] = []  # stages found unchanged at run time: not run, not recorded
+        self.failed: dict[str, str] = {}  # stage -> why DVC could not commit it
+        self._stopped: set[str] = set()
+        self._decided: set[str] = set()
+        self._seen: set[str] = set()
+        self._stages: dict[str, Any] = {}
+        self._repo: Any = None
+
+    def __enter__(self) -> Bookkeeper:
+        from dvc.repo import Repo
+
+        # DVC's notes ("Generating lock file") would reach stdout, where exp run prints the name.
+        self._dvc_level = logging.getLogger("dvc").level
+        logging.getLogger("dvc").setLevel(max(self._dvc_level, logging.WARNING))
+        with self._here():
+            self._repo = Repo(str(self.root))
+            self._stages = {stage.addressing: stage for stage in self._repo.index.stages}
+        self._keys_before = {path: lock_keys(path) for path in self._lock_files()}
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """The last pass (stages that finished since), then the repository closed."""
+        if self._repo is None:
+            return
+        self.step()
+        self._order_lock_files()
+        self._repo.close()
+        self._repo = None
+        logging.getLogger("dvc").setLevel(self._dvc_level)
+
+    def _lock_files(self) -> list[Path]:
+        files = {Path(self.root, self._stages[name].dvcfile.path).with_suffix(".lock") for name in self.plan.run}
+        return sorted(file for file in files if file.name == "dvc.lock")
+
+    def _order_lock_files(self) -> None:
+        """dvc.lock's entries in the order `dvc repro` writes them: those it had before where they
+        were, the new ones after, in DVC's order (the batches commit them as their jobs end)."""
+        from dvc.utils.serialize import modify_yaml
+
+        position = {self._stages[name].name: index for index, name in enumerate(self.plan.run)}
+        with repo_lock(self.root):
+            for path, before in self._keys_before.items():
+                if not path.is_file():
+                    continue
+                with modify_yaml(str(path)) as data:
+                    entries = data.get("stages") or {}
+                    keys = list(entries)
+                    ordered = [k for k in keys if k in before] + sorted(
+                        (k for k in keys if k not in before), key=lambda k: position.get(k, len(position))
+                    )
+                    if ordered != keys:
+                        moved = [(key, entries[key]) for key in ordered]
+                        entries.clear()
+                        entries.update(moved)
+
+    @contextlib.contextmanager
+    def _here(self) -> Iterator[None]:
+        # DVC names stages relative to the working directory ("sub/dvc.yaml:train" from elsewhere).
+        with contextlib.chdir(self.root):
+            yield
+
+    def commit_unrun(self) -> None:
+        """What `dvc repro` records without running it, before any job (the jobs read them):
+        `dvc add`ed data that changed, frozen stages that changed."""
+        for source in self.plan.data:
+            log.info("%s changed: committed anew (as dvc repro does)", source)
+        for frozen in self.plan.refresh:
+            log.info("stage %s is frozen: recorded as it is, not run (as dvc repro does)", frozen)
+        self._commit([*self.plan.data, *self.plan.refresh], fail=True)
+
+    def step(self) -> None:
+        """Commit the stages whose jobs finished since the last pass, then tell each waiting stage
+        whose upstream stages are all settled whether to run."""
+        finished = [
+            name for name in self.plan.run
+            if name not in self._seen and (self.root / self.plan.ran(name)).exists()
+        ]  # fmt: skip
+        self._seen.update(finished)
+        try:
+            self._commit([name for name in finished if name not in self.skipped])
+            self._decide()
+        except BaseException as error:  # no job waits for a word that will never come
+            self.stop_waiting(f"the run's bookkeeping failed: {error!r}")
+            raise
+
+    def stop_waiting(self, why: str) -> None:
+        """Every stage still waiting told to stop (the run is ending)."""
+        for name in self.plan.run:
+            if self.plan.waits(name) and name not in self._decided:
+                self._tell(name, f"{STOP} {why}")
+
+    def _commit(self, names: list[str], fail: bool = False) -> None:
+        """One batch: each stage saved and committed (relink=False: the files its job wrote stay,
+        so a job reading them now is never left without them), dvc.lock written once a file."""
+        if not names:
+            return
+        from dvc.exceptions import DvcException
+        from dvc.repo import lock_repo
+
+        done: list[Any] = []
+        with repo_lock(self.root), self._here(), lock_repo(self._repo):
+            for name in names:
+                stage = self._stages[name]
+                try:
+                    stage.save()
+                    stage.commit(relink=False)
+                except DvcException as error:
+                    if fail:
+                        raise PipelineError(f"{name}: DVC cannot record it: {error}") from error
+                    self.failed[name] = str(error)
+                    log.error("stage %s ran, but DVC cannot record it: %s", name, error)
+                    continue
+                done.append(stage)
+            by_file: dict[str, list[Any]] = {}
+            for stage in done:
+                by_file.setdefault(stage.dvcfile.path, []).append(stage)
+            for stages in by_file.values():
+                stages[0].dvcfile.dump_stages(stages, update_pipeline=False)
+        self.committed.extend(stage.addressing for stage in done if stage.addressing in self.plan.run)
+        if done:
+            log.info("committed to dvc.lock: %s", ", ".join(stage.addressing for stage in done))
+
+    def _decide(self) -> None:
+        settled = {*self.committed, *self.skipped}
+        for name in self.plan.run:
+            if name in self._decided or not self.plan.waits(name):
+                continue
+            upstream = [up for up in self.plan.stage(name).upstream if up in self.plan.run]
+            lost = [up for up in upstream if up in self.failed or up in self._stopped]
+            if lost:
+                self._stopped.add(name)
+                self._tell(name, f"{STOP} stage {lost[0]!r} ran but could not be recorded (see the run's log)")
+            elif all(up in settled for up in upstream):
+                self._tell(name, RUN if self._must_run(name) else SKIP)
+
+    def _must_run(self, name: str) -> bool:
+        if name in self.plan.changed:
+            return True
+        from dvc.repo import lock_repo
+
+        with repo_lock(self.root), self._here(), lock_repo(self._repo):
+            changed = bool(self._stages[name].changed())
+        if not changed:
+            log.info("Stage '%s' didn't change, skipping", name)
+            self.skipped.append(name)
+        return changed
+
+    def _tell(self, name: str, word: str) -> None:
+        self._decided.add(name)
+        path = self.root / self.plan.decision(name)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        partial = path.with_name(path.name + ".partial")
+        partial.write_text(word + "\n")
+        os.replace(partial, path)  # whole or absent, for a job polling a shared filesystem
+
+    def experiment_hash(self) -> str:
+        """The hash `dvc exp run` puts in its commit message: of the lock entries of the stages it
+        recorded (DVC's own function)."""
+        from dvc.repo.experiments.executor.base import BaseExecutor
+
+        recorded = [*self.plan.data, *self.plan.refresh, *self.committed]
+        return BaseExecutor.hash_exp(self._stages[name] for name in recorded)

@@ -58,6 +58,9 @@ class Plan:
     # `dvc add`ed data the run's stages read whose files changed: committed anew first, as
     # `dvc repro` commits them (their .dvc files), never run
     data: tuple[str, ...] = ()
+    # The stages of ``run`` DVC found changed at the start (or forced): they run whatever their
+    # upstream stages produce. The others run only if their dependencies come out changed.
+    changed: tuple[str, ...] = ()
 
     def stage(self, name: str) -> Stage:
         return next(stage for stage in self.stages if stage.name == name)
@@ -65,15 +68,21 @@ class Plan:
     def ran(self, name: str) -> str:
         return f"{self.folder}/ran/{self.stage(name).rule}"
 
-    def committed(self, name: str) -> str:
-        return f"{self.folder}/committed/{self.stage(name).rule}"
+    def decision(self, name: str) -> str:
+        """Where a waiting stage's job reads whether to run (engine/dvcpipeline/commit.py writes it)."""
+        return f"{self.folder}/decided/{self.stage(name).rule}"
+
+    def waits(self, name: str) -> bool:
+        """A stage whose upstream stages run in this run: it waits for them to be recorded, and
+        for the word whether to run."""
+        return any(up in self.run for up in self.stage(name).upstream)
 
     def log(self, name: str) -> str:
         return f"{self.folder}/logs/{self.stage(name).rule}.log"
 
     def waits_for(self, name: str) -> list[str]:
-        """The markers a stage's job waits for: its upstream stages of this run, committed."""
-        return [self.committed(up) for up in self.stage(name).upstream if up in self.run]
+        """The markers a stage's job waits for: its upstream stages of this run, finished."""
+        return [self.ran(up) for up in self.stage(name).upstream if up in self.run]
 
     def save(self, path: str | Path) -> None:
         Path(path).parent.mkdir(parents=True, exist_ok=True)
@@ -85,7 +94,7 @@ class Plan:
         stages = tuple(_stage_from_json(s) for s in data["stages"])
         return cls(
             stages, tuple(data["run"]), data["folder"], tuple(data["refresh"]), tuple(data.get("wanted", ())),
-            tuple(data.get("data", ())),
+            tuple(data.get("data", ())), tuple(data.get("changed", ())),
         )  # fmt: skip
 
 
@@ -126,6 +135,7 @@ def _read_plan(
 ) -> Plan:
     import networkx as nx
     from dvc.repo import Repo
+    from dvc.repo.reproduce import get_active_graph, plan_repro
     from dvc.stage import PipelineStage
 
     # DVC names stages relative to the working directory ("sub/dvc.yaml:train" from elsewhere).
@@ -148,7 +158,12 @@ def _read_plan(
         frozen = {s.addressing for s in wanted if s.frozen}
         # A frozen callback stage (no dependencies) is not "always changed": dvc repro leaves it.
         status -= {s.addressing for s in wanted if s.frozen and s.is_callback}
-        order = [s.addressing for s in reversed(list(nx.topological_sort(graph))) if s in wanted]
+        # DVC's own order (dvc repro's plan: a post-order walk from the targets), then what the
+        # run involves besides (upstream of a frozen stage), in dependency order.
+        roots = [s for s in wanted if s.addressing in targets or s.addressing.split("@")[0] in targets] or own
+        steps = [s for s in plan_repro(get_active_graph(graph), roots) if s in wanted]
+        order = [s.addressing for s in steps]
+        order += [s.addressing for s in reversed(list(nx.topological_sort(graph))) if s in wanted and s not in steps]
         sources = [s for s in reversed(list(nx.topological_sort(graph))) if s.is_data_source]
         sources = [s for s in sources if any(nx.has_path(graph, w, s) for w in wanted)]
         changed_data = set(repo.status(targets=[s.addressing for s in sources])) if sources else set()
@@ -163,7 +178,8 @@ def _read_plan(
                 downstream |= {s.addressing for s in nx.ancestors(unfrozen, stage) if s in wanted}
         to_run = [name for name in order if name in downstream - frozen]
         refresh = [name for name in order if name in status & frozen]
-    return Plan(tuple(stages), tuple(to_run), folder, tuple(refresh), tuple(order), tuple(data))
+    changed = [name for name in to_run if name in status]
+    return Plan(tuple(stages), tuple(to_run), folder, tuple(refresh), tuple(order), tuple(data), tuple(changed))
 
 
 def _wanted(pipeline: list[Any], graph: Any, targets: Sequence[str]) -> list[Any]:

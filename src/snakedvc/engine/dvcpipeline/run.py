@@ -6,14 +6,16 @@ import contextlib
 import fcntl
 import logging
 import os
+import signal
 import subprocess
+import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from snakedvc.engine.dvcpipeline.commit import commit_unrun
+from snakedvc.engine.dvcpipeline.commit import Bookkeeper
 from snakedvc.engine.dvcpipeline.plan import PIPELINE_FOLDER, PipelineError, Plan, read_plan, set_params
-from snakedvc.engine.dvcpipeline.save import check_name_is_free, failure, random_experiment_name, save
+from snakedvc.engine.dvcpipeline.save import Recorded, check_name_is_free, failure, random_experiment_name, save
 from snakedvc.engine.env import python_module
 from snakedvc.engine.records import ignore_kit_folder
 from snakedvc.engine.stamps import new_run_id
@@ -91,10 +93,8 @@ def _exp_run(
     # As `dvc exp run`: the experiment's name is chosen before any stage runs (DVC's own random
     # name where none is given), and every stage sees it and the baseline in its environment.
     name = name or random_experiment_name(root)
-    commit_unrun(plan, root)
-    if plan.run:
-        run_jobs(plan, profile, snakemake_args, root, experiment_env(name, root))
-    return save(plan, name, root)
+    recorded = run_plan(plan, profile, snakemake_args, root, experiment_env(name, root))
+    return save(plan, name, root, recorded)
 
 
 def experiment_env(name: str, root: Path) -> dict[str, str]:
@@ -110,10 +110,38 @@ def experiment_env(name: str, root: Path) -> dict[str, str]:
     }
 
 
-def run_jobs(
+def run_plan(
     plan: Plan, profile: str | None, snakemake_args: Sequence[str], root: Path, env: dict[str, str] | None = None
-) -> None:
-    """Snakemake runs the plan's stages, each a job; a PipelineError naming the failed stages."""
+) -> Recorded:
+    """The plan run as `dvc repro` runs it: what changed without running first, then Snakemake's
+    jobs, one a stage, while a bookkeeper in this process commits the stages that finish and
+    tells the waiting ones whether to run. What was recorded; a PipelineError naming the stages
+    that failed, once every stage that finished is committed."""
+    with Bookkeeper(plan, root) as books:
+        books.commit_unrun()
+        if plan.run:
+            code = run_jobs(plan, profile, snakemake_args, root, env, books)
+            if code != 0 or books.failed:
+                books.close()
+                raise PipelineError(failure(plan, root, books))
+        return Recorded(tuple(books.committed), tuple(books.skipped), books.experiment_hash())
+
+
+# Seconds between the bookkeeper's passes while Snakemake runs.
+BOOKKEEPING_POLL_S = 0.2
+# Seconds a stopped run gives Snakemake to cancel its jobs before it is killed.
+STOP_WAIT_S = 60
+
+
+def run_jobs(
+    plan: Plan,
+    profile: str | None,
+    snakemake_args: Sequence[str],
+    root: Path,
+    env: dict[str, str] | None,
+    books: Bookkeeper,
+) -> int:
+    """Snakemake runs the plan's stages, each a job, with ``books`` stepping beside it; its exit status."""
     plan_file = root / plan.folder / "plan.json"
     plan.save(plan_file)
     command = [
@@ -124,8 +152,23 @@ def run_jobs(
         "--nolock", *snakemake_args,
     ]  # fmt: skip
     log.info("stages to run: %s", ", ".join(plan.run))
-    if subprocess.run(command, cwd=root, env={**os.environ, **(env or {})}).returncode != 0:
-        raise PipelineError(failure(plan, root))
+    snakemake = subprocess.Popen(command, cwd=root, env={**os.environ, **(env or {})})
+    try:
+        while snakemake.poll() is None:
+            books.step()
+            time.sleep(BOOKKEEPING_POLL_S)
+    except BaseException:  # Ctrl-C, a cancel: Snakemake stops too, cancelling its jobs on SIGINT
+        books.stop_waiting("snakedvc exp run is stopping")
+        if snakemake.poll() is None:
+            snakemake.send_signal(signal.SIGINT)
+            try:
+                snakemake.wait(timeout=STOP_WAIT_S)
+            except subprocess.TimeoutExpired:
+                snakemake.kill()
+                snakemake.wait()
+        raise
+    books.close()
+    return snakemake.returncode
 
 
 # The profiles the kit ships: `--profile slurm` works in a project that has none of its own.

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import logging
 import re
+from dataclasses import dataclass
 from pathlib import Path
 
+from snakedvc.engine.dvcpipeline.commit import Bookkeeper
 from snakedvc.engine.dvcpipeline.plan import PipelineError, Plan
 
 log = logging.getLogger(__name__)
@@ -34,40 +36,49 @@ def random_experiment_name(root: Path) -> str:
     return name
 
 
-def failure(plan: Plan, root: Path) -> str:
+@dataclass(frozen=True)
+class Recorded:
+    """What a run recorded: the stages that ran and were committed, those found unchanged at run
+    time, and the hash `dvc exp run` would put in the experiment's commit message."""
+
+    ran: tuple[str, ...] = ()
+    skipped: tuple[str, ...] = ()
+    experiment_hash: str = ""
+
+
+def failure(plan: Plan, root: Path, books: Bookkeeper) -> str:
     """What a failed run says: the stages that failed, with their logs; what dvc.lock kept."""
     failed = [s for s in plan.run if (root / plan.log(s)).exists() and not (root / plan.ran(s)).exists()]
-    done = [s for s in plan.run if (root / plan.committed(s)).exists()]
-    where = (
-        "; ".join(
-            f"stage {s!r} failed: its log is {plan.log(s)} (its command: {' && '.join(plan.stage(s).commands)})"
-            for s in failed
-        )
-        or "the pipeline failed"
-    )
+    said = [
+        f"stage {s!r} failed: its log is {plan.log(s)} (its command: {' && '.join(plan.stage(s).commands)})"
+        for s in failed
+    ]
+    said += [f"stage {s!r} ran, but DVC cannot record it: {why}" for s, why in books.failed.items()]
+    where = "; ".join(said) or "the pipeline failed"
     return (
         f"{where} (Snakemake's messages above say more). "
-        f"Committed to dvc.lock: {', '.join(done) or 'no stage'}; no experiment was saved"
+        f"Committed to dvc.lock: {', '.join(books.committed) or 'no stage'}; no experiment was saved"
     )
 
 
-def save(plan: Plan, name: str, root: Path) -> str:
-    """One `dvc exp save` with what `dvc exp run` commits: dvc.lock (the stages that ran), params,
-    the uncached outputs of the stages that ran."""
+def save(plan: Plan, name: str, root: Path, recorded: Recorded) -> str:
+    """One `dvc exp save` with what `dvc exp run` commits: dvc.lock (the stages that ran, already
+    committed), params, the uncached outputs of the stages that ran; DVC's commit message."""
     from snakedvc.engine.tracking import note_saved, repo_lock, run_dvc, trim_experiment
 
-    args = ["exp", "save"]
+    args = ["exp", "save", "--message", f"dvc: commit experiment {recorded.experiment_hash}"]
     if name:
         args += ["--name", name]
     # Nothing ran: the experiment holds what the run involves, as `dvc exp run`'s does.
-    involved = plan.run if plan.run or plan.refresh or plan.data else plan.wanted
+    involved = recorded.ran if recorded.ran or plan.refresh or plan.data else plan.wanted
     produced = {out for stage in involved for out in plan.stage(stage).uncached if (root / out).exists()}
     for path in sorted(produced):
         args += ["--include-untracked", path]
-    # Its stages only: without targets `dvc exp save` commits every stage, and would record a
-    # stage this run did not run (a target's neighbour, a frozen one) as up to date with new inputs.
-    # Nothing ran: the stages the run involves, all up to date (their commit changes nothing).
-    args += ["--", *(plan.data + plan.refresh + plan.run or plan.wanted)]
+    # One target, already committed (its commit again changes nothing): every stage the run
+    # recorded is in dvc.lock by now. Without targets `dvc exp save` commits every stage, and would
+    # record a stage this run did not run (a target's neighbour, a frozen one) as up to date with
+    # new inputs; with each as a target it takes minutes at a thousand stages.
+    args += ["--", [*plan.data, *plan.refresh, *recorded.ran, *plan.wanted][0]]
     with repo_lock(root):
         out = run_dvc(args, root)
         match = re.search(r"saved as:\s*(\S+)", out)
