@@ -571,3 +571,33 @@ def test_a_stage_whose_inputs_came_out_unchanged_is_skipped_at_run_time(tmp_path
         (by_kit / "runs.txt").read_text() == (by_dvc / "runs.txt").read_text() == "prepare\nprepare\nfeaturize\ntrain\n"
     )
     assert (by_kit / "dvc.lock").read_text() == (by_dvc / "dvc.lock").read_text()
+
+
+def test_a_local_run_stopped_by_sigint_stops_its_stages_and_records_only_the_finished(tmp_path: Path) -> None:
+    """SIGINT to `snakedvc exp run` alone, as a detached run's controller sends it on a cancel:
+    the running stage's command stops too (Snakemake's local executor would wait for it), the
+    finished stage stays committed, the stopped one is not recorded, and no traceback."""
+    stages = {"stages": {
+        "first": {"cmd": "echo 1 > first.txt", "outs": ["first.txt"]},
+        "second": {"cmd": "sleep 300 && echo 2 > second.txt", "deps": ["first.txt"], "outs": ["second.txt"]},
+    }}  # fmt: skip
+    repo = clone(dvc_project(tmp_path / "origin", {"dvc.yaml": yaml.safe_dump(stages)}), "stopped")
+    run = subprocess.Popen(
+        [str(BIN / "snakedvc"), "exp", "run"], cwd=repo, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+
+    def sleeping() -> list[str]:
+        out = subprocess.run(["pgrep", "-f", "^sleep 300$"], capture_output=True, text=True).stdout
+        return [pid for pid in out.split() if Path(f"/proc/{pid}/cwd").resolve() == repo.resolve()]
+
+    try:
+        wait_until(sleeping, "stage second's command running", 120, proc=run)
+        run.send_signal(2)  # SIGINT
+        _, stderr = run.communicate(timeout=60)
+    finally:
+        if run.poll() is None:
+            run.kill()
+    assert run.returncode == 130, stderr
+    assert "snakedvc exp: stopped (interrupted)" in stderr and "Traceback" not in stderr, stderr
+    assert sleeping() == []
+    assert set(lock(repo)["stages"]) == {"first"}

@@ -444,4 +444,7 @@ def main(argv: list[str] | None = None) -> int:
         log.error("%s", error)
         print(f"snakedvc {args.command}: error: {error}", file=sys.stderr)
         return EXP_ERROR_EXIT if args.command == "exp" else 1
+    except KeyboardInterrupt:  # Ctrl-C or a cancel's SIGINT: what ran is said above; no traceback
+        print(f"snakedvc {args.command}: stopped (interrupted)", file=sys.stderr)
+        return 130
     return 0

@@ -152,23 +152,32 @@ def run_jobs(
         "--nolock", *snakemake_args,
     ]  # fmt: skip
     log.info("stages to run: %s", ", ".join(plan.run))
-    snakemake = subprocess.Popen(command, cwd=root, env={**os.environ, **(env or {})})
+    # A process group of its own: a stop reaches Snakemake and its local jobs as a terminal's
+    # Ctrl-C would (Snakemake's local executor waits for its jobs; SLURM jobs it scancels),
+    # whether this process got a Ctrl-C or a controller's SIGINT.
+    snakemake = subprocess.Popen(command, cwd=root, env={**os.environ, **(env or {})}, start_new_session=True)
     try:
         while snakemake.poll() is None:
             books.step()
             time.sleep(BOOKKEEPING_POLL_S)
-    except BaseException:  # Ctrl-C, a cancel: Snakemake stops too, cancelling its jobs on SIGINT
+    except BaseException:  # Ctrl-C, a cancel: Snakemake and its jobs stop too
         books.stop_waiting("snakedvc exp run is stopping")
-        if snakemake.poll() is None:
-            snakemake.send_signal(signal.SIGINT)
-            try:
-                snakemake.wait(timeout=STOP_WAIT_S)
-            except subprocess.TimeoutExpired:
-                snakemake.kill()
-                snakemake.wait()
+        stop_group(snakemake)
         raise
     books.close()
     return snakemake.returncode
+
+
+def stop_group(process: subprocess.Popen[bytes]) -> None:
+    """SIGINT to ``process``'s group; SIGKILL if it has not ended after STOP_WAIT_S."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(process.pid, signal.SIGINT)
+    try:
+        process.wait(timeout=STOP_WAIT_S)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
 
 
 # The profiles the kit ships: `--profile slurm` works in a project that has none of its own.
