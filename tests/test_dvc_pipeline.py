@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
+import signal
 import subprocess
 from pathlib import Path
 
@@ -573,18 +575,21 @@ def test_a_stage_whose_inputs_came_out_unchanged_is_skipped_at_run_time(tmp_path
     assert (by_kit / "dvc.lock").read_text() == (by_dvc / "dvc.lock").read_text()
 
 
-def test_a_local_run_stopped_by_sigint_stops_its_stages_and_records_only_the_finished(tmp_path: Path) -> None:
-    """SIGINT to `snakedvc exp run` alone, as a detached run's controller sends it on a cancel:
-    the running stage's command stops too (Snakemake's local executor would wait for it), the
-    finished stage stays committed, the stopped one is not recorded, and no traceback."""
+@pytest.mark.parametrize("stop", ["sigint-to-it", "sigterm-to-its-group"])
+def test_a_stopped_local_run_stops_its_stages_and_records_only_the_finished(tmp_path: Path, stop: str) -> None:
+    """SIGINT to `snakedvc exp run` alone, as a detached run's controller sends it on a cancel, or
+    SIGTERM to its process group, as a forced cancel of a local run sends it: the running stage's
+    command stops too (Snakemake's local executor would wait for it; Snakemake has a process group
+    of its own), the finished stage stays committed, the stopped one is not recorded, no traceback."""
     stages = {"stages": {
         "first": {"cmd": "echo 1 > first.txt", "outs": ["first.txt"]},
         "second": {"cmd": "sleep 300 && echo 2 > second.txt", "deps": ["first.txt"], "outs": ["second.txt"]},
     }}  # fmt: skip
     repo = clone(dvc_project(tmp_path / "origin", {"dvc.yaml": yaml.safe_dump(stages)}), "stopped")
     run = subprocess.Popen(
-        [str(BIN / "snakedvc"), "exp", "run"], cwd=repo, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
-    )
+        [str(BIN / "snakedvc"), "exp", "run"], cwd=repo, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        start_new_session=True,
+    )  # fmt: skip
 
     def sleeping() -> list[str]:
         out = subprocess.run(["pgrep", "-f", "^sleep 300$"], capture_output=True, text=True).stdout
@@ -592,7 +597,10 @@ def test_a_local_run_stopped_by_sigint_stops_its_stages_and_records_only_the_fin
 
     try:
         wait_until(sleeping, "stage second's command running", 120, proc=run)
-        run.send_signal(2)  # SIGINT
+        if stop == "sigint-to-it":
+            run.send_signal(signal.SIGINT)
+        else:
+            os.killpg(run.pid, signal.SIGTERM)
         _, stderr = run.communicate(timeout=60)
     finally:
         if run.poll() is None:

@@ -8,6 +8,7 @@ import logging
 import os
 import signal
 import subprocess
+import threading
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -157,15 +158,33 @@ def run_jobs(
     # whether this process got a Ctrl-C or a controller's SIGINT.
     snakemake = subprocess.Popen(command, cwd=root, env={**os.environ, **(env or {})}, start_new_session=True)
     try:
-        while snakemake.poll() is None:
-            books.step()
-            time.sleep(BOOKKEEPING_POLL_S)
+        with sigterm_interrupts():  # a SIGTERM (a local run's forced stop) stops Snakemake as Ctrl-C does
+            while snakemake.poll() is None:
+                books.step()
+                time.sleep(BOOKKEEPING_POLL_S)
     except BaseException:  # Ctrl-C, a cancel: Snakemake and its jobs stop too
         books.stop_waiting("snakedvc exp run is stopping")
         stop_group(snakemake)
         raise
     books.close()
     return snakemake.returncode
+
+
+@contextlib.contextmanager
+def sigterm_interrupts() -> Iterator[None]:
+    """SIGTERM raises KeyboardInterrupt here, as SIGINT does (in the main thread; elsewhere as is)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def interrupt(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def stop_group(process: subprocess.Popen[bytes]) -> None:
