@@ -609,3 +609,60 @@ def test_a_stopped_local_run_stops_its_stages_and_records_only_the_finished(tmp_
     assert "snakedvc exp: stopped (interrupted)" in stderr and "Traceback" not in stderr, stderr
     assert sleeping() == []
     assert set(lock(repo)["stages"]) == {"first"}
+
+
+# A pipeline whose outputs live in a DVC remote: a fresh clone has none of them. Each run of a
+# stage appends to runs.txt, which no stage declares.
+REMOTE_DATA = """\
+stages:
+  prepare:
+    cmd: echo ${n} > data.txt && echo prepare >> runs.txt
+    params: [n]
+    outs: [data.txt]
+  train:
+    cmd: cat data.txt > model.txt && echo ${lr} >> model.txt && echo train >> runs.txt
+    deps: [data.txt]
+    params: [lr]
+    outs: [model.txt]
+  other:
+    cmd: echo other > other.txt && echo other >> runs.txt
+    outs: [other.txt]
+"""
+
+
+def test_pull_and_allow_missing_do_what_dvc_exp_run_does_in_a_fresh_clone(tmp_path: Path) -> None:
+    """`--pull`: a stage whose only change is missing data is pulled from the DVC remote, not run,
+    and a stage that runs gets its missing dependencies pulled first; `--allow-missing`: missing
+    data alone is no change. Each way, both runners run the same stages and record the same."""
+    files = {"params.yaml": "n: 1\nlr: 0.1\n", "dvc.yaml": REMOTE_DATA, ".gitignore": "runs.txt\n"}
+    origin = dvc_project(tmp_path / "origin", files)
+    dvc(origin, "remote", "add", "-d", "store", str(tmp_path / "remote"))
+    dvc(origin, "repro")
+    dvc(origin, "push")
+    git(origin, "add", "-A")
+    git(origin, "commit", "-q", "-m", "reproduced, pushed")
+    cases = {
+        "nothing-changed": (["--pull"], ""),
+        "lr-changed": (["--pull", "-S", "lr=0.5"], "train\n"),
+        "lr-changed-allow-missing": (["--allow-missing", "-S", "lr=0.5"], "train\n"),
+    }
+    for case, (options, ran) in cases.items():
+        by_dvc, by_kit = clone(origin, f"{case}-dvc"), clone(origin, f"{case}-kit")
+        for repo in (by_dvc, by_kit):
+            if "--allow-missing" in options:  # train's input here, the rest missing
+                dvc(repo, "pull", "prepare")
+        dvc(by_dvc, "exp", "run", *options, "-n", case)
+        out = snakedvc(by_kit, "exp", "run", *options, "-n", case)
+        for repo in (by_dvc, by_kit):
+            runs = repo / "runs.txt"
+            assert (runs.read_text() if runs.exists() else "") == ran, (case, repo.name, out.stderr)
+        assert (by_kit / "dvc.lock").read_text() == (by_dvc / "dvc.lock").read_text(), case
+        assert experiment(by_kit, case) == experiment(by_dvc, case)
+        here = {name: (by_kit / name).exists() for name in ("data.txt", "model.txt", "other.txt")}
+        assert here == {name: (by_dvc / name).exists() for name in here}, case
+        assert (by_kit / "model.txt").read_text() == (by_dvc / "model.txt").read_text()
+        if case == "nothing-changed":
+            assert (by_kit / "model.txt").read_bytes() == (origin / "model.txt").read_bytes()
+            assert all(here.values())  # pulled
+        if case == "lr-changed-allow-missing":
+            assert not here["other.txt"]  # missing, skipped, not run

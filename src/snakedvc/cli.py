@@ -65,10 +65,15 @@ EXP_ERROR_EXIT = 255
 
 
 def cmd_exp_run(args: argparse.Namespace) -> None:
-    from snakedvc.engine.dvcpipeline import dry_run, exp_run
+    from snakedvc.engine.dvcpipeline import Missing, dry_run, exp_run
 
+    missing = Missing(pull=args.pull, allow=args.allow_missing)
     if args.dry:
-        plan = dry_run(args.set_param, resources_file=args.resources, targets=args.targets, force=args.force)
+        plan = dry_run(
+            args.set_param, resources_file=args.resources, targets=args.targets, force=args.force, missing=missing
+        )
+        for name in plan.pulled:
+            print(f"{name} (data missing here: pulled from the DVC remote, not run)")
         for name in plan.refresh:
             print(f"{name} (frozen: recorded anew, not run)")
         for source in plan.data:
@@ -82,7 +87,7 @@ def cmd_exp_run(args: argparse.Namespace) -> None:
 
     saved = exp_run(
         args.profile, args.set_param, args.name or "", args.snakemake_args, resources_file=args.resources,
-        targets=args.targets, force=args.force,
+        targets=args.targets, force=args.force, missing=missing,
     )  # fmt: skip
     print(saved)
 
@@ -158,10 +163,12 @@ def cmd_submit(args: argparse.Namespace) -> None:
     snakemake_args = args.snakemake_args[1:] if args.snakemake_args[:1] == ["--"] else args.snakemake_args
     pipeline, root = None, repository_root(".")
     if is_dvc_pipeline(root, snakemake_args):
-        pipeline = ExpRunOptions(tuple(args.set_param), args.resources, tuple(args.target))
-    elif args.set_param or args.resources or args.target:
-        raise ValueError("-S, --resources and --target are for a dvc.yaml pipeline; this project has a Snakefile "
-                         "(give its config after --: -- --config key=value)")  # fmt: skip
+        pipeline = ExpRunOptions(
+            tuple(args.set_param), args.resources, tuple(args.target), args.pull, args.allow_missing
+        )
+    elif args.set_param or args.resources or args.target or args.pull or args.allow_missing:
+        raise ValueError("-S, --resources, --target, --pull and --allow-missing are for a dvc.yaml pipeline; this "
+                         "project has a Snakefile (give its config after --: -- --config key=value)")  # fmt: skip
     profile = args.profile or "profiles/local"
     if pipeline is not None:
         profile = str(pipeline_profile(args.profile, root))
@@ -354,6 +361,19 @@ def _add_sweep_commands(step: Step) -> None:
     p.add_argument("decisions", help="the decision log: <sweep folder>/asha/decisions.jsonl or its report's copy")
 
 
+def _add_missing_data_options(p: argparse.ArgumentParser, prefix: str = "") -> None:
+    """dvc exp run's --pull and --allow-missing."""
+    p.add_argument(
+        "--pull", action="store_true",
+        help=f"{prefix}pull missing data from the DVC remote: a stage whose only change is missing data is pulled, "
+        "not run, and a running stage's missing dependencies first (dvc exp run --pull)",
+    )  # fmt: skip
+    p.add_argument(
+        "--allow-missing", action="store_true",
+        help=f"{prefix}skip stages whose only change is missing data (dvc exp run --allow-missing)",
+    )  # fmt: skip
+
+
 def _add_exp_run(step: Step) -> None:
     """`snakedvc exp run`: dvc exp run's options, each stage a job."""
     p = step("exp", cmd_exp_run, "exp run: dvc exp run with every stage of dvc.yaml its own Snakemake (SLURM) job")
@@ -371,6 +391,7 @@ def _add_exp_run(step: Step) -> None:
     )
     p.add_argument("--resources", metavar="FILE",
                    help="the stages' resources (default: snakedvc.yaml beside dvc.yaml, if there is one)")  # fmt: skip
+    _add_missing_data_options(p)
     p.add_argument(
         "targets", nargs="*", metavar="TARGETS", help="stages to run, with the ones they need (default: all)"
     )
@@ -394,6 +415,7 @@ def _add_run_commands(step: Step) -> None:
         help="a dvc.yaml pipeline: change a param in the run's workspace, as dvc exp run -S",
     )
     p.add_argument("--resources", metavar="FILE", help="a dvc.yaml pipeline: its stages' resources (snakedvc.yaml)")
+    _add_missing_data_options(p, "a dvc.yaml pipeline: ")
     p.add_argument("--target", action="append", default=[], metavar="STAGE",
                    help="a dvc.yaml pipeline: run this stage and what it needs (repeatable; default all)")  # fmt: skip
     p.add_argument("--share", action="append", default=[], metavar="PATH",

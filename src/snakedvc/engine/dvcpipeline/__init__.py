@@ -20,6 +20,7 @@ stages finish), ``save`` (the experiment). `snakedvc submit` runs ``run`` in a r
 from snakedvc.engine.dvcpipeline.commit import Bookkeeper
 from snakedvc.engine.dvcpipeline.plan import (
     PIPELINE_FOLDER,
+    Missing,
     PipelineError,
     Plan,
     Stage,
@@ -40,7 +41,7 @@ from snakedvc.engine.dvcpipeline.run import (
 from snakedvc.engine.dvcpipeline.save import Recorded, save
 
 __all__ = [
-    "PIPELINE_FOLDER", "ExpRunOptions", "Recorded", "PipelineError", "Plan", "Stage", "Bookkeeper", "dry_run",
+    "PIPELINE_FOLDER", "ExpRunOptions", "Missing", "Recorded", "PipelineError", "Plan", "Stage", "Bookkeeper", "dry_run",
     "exp_run", "is_dvc_pipeline", "kit_profile", "pipeline_profile", "read_plan", "run_plan", "save", "set_params",
     "stage_run_launch_args", "stage_run_options",
 ]  # fmt: skip

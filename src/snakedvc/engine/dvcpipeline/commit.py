@@ -184,10 +184,20 @@ class Bookkeeper:
     def _must_run(self, name: str) -> bool:
         if name in self.plan.changed:
             return True
+        from dvc.exceptions import DvcException
         from dvc.repo import lock_repo
 
+        stage = self._stages[name]
         with repo_lock(self.root), self._here(), lock_repo(self._repo):
-            changed = bool(self._stages[name].changed())
+            changed = bool(stage.changed(allow_missing=self.plan.allow_missing))
+            if changed and self.plan.pull and not self.plan.allow_missing and not stage.changed(allow_missing=True):
+                try:  # its only change is missing data: pulled, not run (dvc repro --pull)
+                    log.info("Pulling data for %s", name)
+                    self._repo.pull(name)
+                    stage.checkout()
+                    changed = False
+                except DvcException as error:
+                    log.info("Unable to pull data for %s (%s): it runs", name, error)
         if not changed:
             log.info("Stage '%s' didn't change, skipping", name)
             self.skipped.append(name)

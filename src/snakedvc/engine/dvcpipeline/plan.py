@@ -61,6 +61,12 @@ class Plan:
     # The stages of ``run`` DVC found changed at the start (or forced): they run whatever their
     # upstream stages produce. The others run only if their dependencies come out changed.
     changed: tuple[str, ...] = ()
+    # --pull: stages (and `dvc add`ed data) whose only change is missing data, pulled from the DVC
+    # remote instead of run; and the missing dependencies of the stages that run
+    pulled: tuple[str, ...] = ()
+    pull_paths: tuple[str, ...] = ()
+    pull: bool = False  # dvc exp run --pull, for the decisions at run time too
+    allow_missing: bool = False  # dvc exp run --allow-missing: missing data alone is no change
 
     def stage(self, name: str) -> Stage:
         return next(stage for stage in self.stages if stage.name == name)
@@ -94,7 +100,8 @@ class Plan:
         stages = tuple(_stage_from_json(s) for s in data["stages"])
         return cls(
             stages, tuple(data["run"]), data["folder"], tuple(data["refresh"]), tuple(data.get("wanted", ())),
-            tuple(data.get("data", ())), tuple(data.get("changed", ())),
+            tuple(data.get("data", ())), tuple(data.get("changed", ())), tuple(data.get("pulled", ())),
+            tuple(data.get("pull_paths", ())), bool(data.get("pull")), bool(data.get("allow_missing")),
         )  # fmt: skip
 
 
@@ -106,12 +113,29 @@ def _stage_from_json(data: dict[str, Any]) -> Stage:
     )  # fmt: skip
 
 
+@dataclass(frozen=True)
+class Missing:
+    """What a run does about data missing here (in the cache and the workspace), as `dvc exp run`
+    does: ``pull`` (--pull) fetches, from the DVC remote, the data of a stage whose only change is
+    missing data instead of running it, and a running stage's missing dependencies; ``allow``
+    (--allow-missing) counts missing data as no change. ``rerun``: stages whose pull failed, run."""
+
+    pull: bool = False
+    allow: bool = False
+    rerun: tuple[str, ...] = ()
+
+
+# The default: as `dvc exp run` without --pull or --allow-missing.
+NO_MISSING = Missing()
+
+
 def read_plan(
     root: str | Path,
     folder: str,
     resources_file: str | Path | None = None,
     targets: Sequence[str] = (),
     force: bool = False,
+    missing: Missing = NO_MISSING,
 ) -> Plan:
     """The pipeline of the DVC repository at ``root`` as DVC sees it now, and the stages to run:
     of ``targets`` (stage names, a foreach/matrix stage's name for all its items; default all) and
@@ -124,14 +148,20 @@ def read_plan(
     table_file = Path(resources_file) if resources_file else root / DEFAULT_FILE
     table = read_table(table_file)
     try:
-        return _read_plan(root, folder, table, str(table_file), targets, force)
+        return _read_plan(root, folder, table, str(table_file), targets, force, missing)
     except DvcException as error:  # dvc.yaml's YAML, schema, templating: DVC's message names the place
         cause = f" ({error.__cause__})" if error.__cause__ else ""
         raise PipelineError(f"{root / 'dvc.yaml'}: DVC cannot read the pipeline: {error}{cause}") from None
 
 
 def _read_plan(
-    root: Path, folder: str, table: dict[str, dict[str, Any]], table_file: str, targets: Sequence[str], force: bool
+    root: Path,
+    folder: str,
+    table: dict[str, dict[str, Any]],
+    table_file: str,
+    targets: Sequence[str],
+    force: bool,
+    missing: Missing,
 ) -> Plan:
     import networkx as nx
     from dvc.repo import Repo
@@ -152,9 +182,9 @@ def _read_plan(
         if not targets and not own:
             raise PipelineError(f"{root / 'dvc.yaml'}: no stages to run (dvc stage list shows none)")
         wanted = _wanted(pipeline, graph, targets) if targets else _wanted(pipeline, graph, [s.addressing for s in own])
-        status = set(repo.status(targets=[s.addressing for s in wanted]))
-        if force:
-            status |= {s.addressing for s in wanted}
+        sources = [s for s in reversed(list(nx.topological_sort(graph))) if s.is_data_source]
+        sources = [s for s in sources if any(nx.has_path(graph, w, s) for w in wanted)]
+        status, data, only_missing = _what_changed(repo, wanted, sources, force, missing)
         frozen = {s.addressing for s in wanted if s.frozen}
         # A frozen callback stage (no dependencies) is not "always changed": dvc repro leaves it.
         status -= {s.addressing for s in wanted if s.frozen and s.is_callback}
@@ -164,22 +194,83 @@ def _read_plan(
         steps = [s for s in plan_repro(get_active_graph(graph), roots) if s in wanted]
         order = [s.addressing for s in steps]
         order += [s.addressing for s in reversed(list(nx.topological_sort(graph))) if s in wanted and s not in steps]
-        sources = [s for s in reversed(list(nx.topological_sort(graph))) if s.is_data_source]
-        sources = [s for s in sources if any(nx.has_path(graph, w, s) for w in wanted)]
-        changed_data = set(repo.status(targets=[s.addressing for s in sources])) if sources else set()
-        data = [s.addressing for s in sources if force or s.addressing in changed_data]
-        # A frozen stage never runs: dvc repro only records it anew (its command, params and
-        # outputs as they are now) when it changed. Its outputs never change in a run, so a change
-        # upstream of it stops there.
-        unfrozen = graph.subgraph([s for s in graph if s.addressing not in frozen])
-        downstream = status - frozen
-        for stage in wanted:
-            if stage.addressing in status - frozen:
-                downstream |= {s.addressing for s in nx.ancestors(unfrozen, stage) if s in wanted}
-        to_run = [name for name in order if name in downstream - frozen]
-        refresh = [name for name in order if name in status & frozen]
+        to_run, refresh = _to_run(graph, wanted, status, frozen, order)
+        pull_paths = _missing_dependencies(wanted, to_run, root) if missing.pull and not force else []
+        data_order = [source.addressing for source in sources]
     changed = [name for name in to_run if name in status]
-    return Plan(tuple(stages), tuple(to_run), folder, tuple(refresh), tuple(order), tuple(data), tuple(changed))
+    pulled = [name for name in [*data_order, *order] if name in only_missing and name not in to_run]
+    return Plan(
+        tuple(stages), tuple(to_run), folder, tuple(refresh), tuple(order), tuple(data), tuple(changed),
+        tuple(pulled), tuple(pull_paths), missing.pull, missing.allow,
+    )  # fmt: skip
+
+
+def _to_run(
+    graph: Any, wanted: list[Any], status: set[str], frozen: set[str], order: list[str]
+) -> tuple[list[str], list[str]]:
+    """The stages that run: the changed ones and every one downstream of them, in ``order``; and
+    the frozen ones recorded anew. A frozen stage never runs: dvc repro only records it anew (its
+    command, params and outputs as they are now) when it changed. Its outputs never change in a
+    run, so a change upstream of it stops there."""
+    import networkx as nx
+
+    unfrozen = graph.subgraph([s for s in graph if s.addressing not in frozen])
+    downstream = status - frozen
+    for stage in wanted:
+        if stage.addressing in status - frozen:
+            downstream |= {s.addressing for s in nx.ancestors(unfrozen, stage) if s in wanted}
+    to_run = [name for name in order if name in downstream - frozen]
+    refresh = [name for name in order if name in status & frozen]
+    return to_run, refresh
+
+
+def _what_changed(
+    repo: Any, wanted: list[Any], sources: list[Any], force: bool, missing: Missing
+) -> tuple[set[str], list[str], set[str]]:
+    """The stages DVC finds changed; the `dvc add`ed data to commit anew (changed, in dependency
+    order); with --pull, the stages and data whose only change is missing data."""
+    if missing.pull or missing.allow:
+        status, pulled = _changes(repo, wanted, missing)
+        changed_data, pulled_data = _changes(repo, sources, missing)
+    else:
+        status, pulled = set(repo.status(targets=[s.addressing for s in wanted])), []
+        changed_data = set(repo.status(targets=[s.addressing for s in sources])) if sources else set()
+        pulled_data = []
+    if force:
+        status |= {s.addressing for s in wanted}
+    data = [s.addressing for s in sources if force or s.addressing in changed_data]
+    return status, data, {*pulled, *pulled_data}
+
+
+def _changes(repo: Any, stages: list[Any], missing: Missing) -> tuple[set[str], list[str]]:
+    """As `dvc repro --pull/--allow-missing` decides each stage: those that changed (missing data
+    aside), and, with --pull alone, those whose only change is missing data (pulled, not run)."""
+    from dvc.repo import lock_repo
+
+    changed: set[str] = set(missing.rerun)
+    only_missing: list[str] = []
+    with lock_repo(repo):
+        for stage in stages:
+            if stage.addressing in changed:
+                continue
+            if stage.changed(allow_missing=True):
+                changed.add(stage.addressing)
+            elif missing.pull and not missing.allow and stage.changed():
+                only_missing.append(stage.addressing)
+    return changed, only_missing
+
+
+def _missing_dependencies(wanted: list[Any], to_run: list[str], root: Path) -> list[str]:
+    """What the stages that run read and is missing here, no stage of this run making it: --pull
+    fetches it first, as DVC pulls a stage's missing dependencies before running it."""
+    made = {out.fs_path for stage in wanted if stage.addressing in to_run for out in stage.outs}
+    paths = {
+        _relative(dep.fs_path, root)
+        for stage in wanted if stage.addressing in to_run
+        for dep in stage.deps
+        if not _is_params(dep) and dep.fs_path not in made and not os.path.exists(dep.fs_path)
+    }  # fmt: skip
+    return sorted(paths)
 
 
 def _wanted(pipeline: list[Any], graph: Any, targets: Sequence[str]) -> list[Any]:
@@ -285,12 +376,13 @@ def dry_run(
     resources_file: str | Path | None = None,
     targets: Sequence[str] = (),
     force: bool = False,
+    missing: Missing = NO_MISSING,
 ) -> Plan:
     """What `exp_run` would run, with these ``-S`` values, changing no file (`dvc exp run --dry`)."""
     from dvc.utils.cli_parse import to_path_overrides
 
     root = Path(root).resolve()
-    plan = read_plan(root, "", resources_file, targets, force)
+    plan = read_plan(root, "", resources_file, targets, force, missing)
     if not overrides:
         return plan
     saved = {
@@ -299,7 +391,7 @@ def dry_run(
     }
     try:
         set_params(overrides, root)
-        return read_plan(root, "", resources_file, targets, force)
+        return read_plan(root, "", resources_file, targets, force, missing)
     finally:
         for path, text in saved.items():
             if text is None:

@@ -10,12 +10,20 @@ import signal
 import subprocess
 import threading
 import time
-from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from snakedvc.engine.dvcpipeline.commit import Bookkeeper
-from snakedvc.engine.dvcpipeline.plan import PIPELINE_FOLDER, PipelineError, Plan, read_plan, set_params
+from snakedvc.engine.dvcpipeline.plan import (
+    NO_MISSING,
+    PIPELINE_FOLDER,
+    Missing,
+    PipelineError,
+    Plan,
+    read_plan,
+    set_params,
+)
 from snakedvc.engine.dvcpipeline.save import Recorded, check_name_is_free, failure, random_experiment_name, save
 from snakedvc.engine.env import python_module
 from snakedvc.engine.records import ignore_kit_folder
@@ -37,6 +45,7 @@ def exp_run(
     resources_file: str | Path | None = None,
     targets: Sequence[str] = (),
     force: bool = False,
+    missing: Missing = NO_MISSING,
 ) -> str:
     """`dvc exp run`, each stage a Snakemake job: the experiment's name. Where DVC finds nothing to
     run, no job runs and the experiment is saved all the same, as `dvc exp run` saves one. A
@@ -52,7 +61,33 @@ def exp_run(
     with workspace_lock(root):
         if name:
             check_name_is_free(name, root)
-        return _exp_run(profile, overrides, name, snakemake_args, root, resources_file, targets, force)
+        return _exp_run(profile, overrides, name, snakemake_args, root, resources_file, targets, force, missing)
+
+
+def pull_missing(plan: Plan, planned: Callable[[Sequence[str]], Plan], root: Path) -> Plan:
+    """--pull, before any job: the data of the stages whose only change is missing data, and the
+    missing dependencies of those that run, from the DVC remote (one `dvc pull`); then the plan
+    again. A stage whose data could not be pulled runs, as `dvc repro --pull` runs it."""
+    from snakedvc.engine.tracking import TrackingError, repo_lock, run_dvc
+
+    # Paths only: `dvc pull` given a stage's name and a path together left the path unpulled.
+    stages = {stage.name: stage for stage in plan.stages}
+    paths: list[str] = []
+    for name in plan.pulled:
+        log.info("Pulling data for %s", name)
+        paths += stages[name].outs if name in stages else [name]  # a .dvc file's address is its path
+    paths += [path for path in plan.pull_paths if path not in paths]
+    try:
+        with repo_lock(root):
+            run_dvc(["pull", *paths], root)
+    except TrackingError as error:  # some could not be pulled: DVC's words say which
+        log.warning("%s", error)
+    plan = planned(())
+    if plan.pulled:
+        for name in plan.pulled:
+            log.info("Unable to pull data for %s: it runs", name)
+        plan = planned(plan.pulled)
+    return plan
 
 
 @contextlib.contextmanager
@@ -81,12 +116,19 @@ def _exp_run(
     resources_file: str | Path | None,
     targets: Sequence[str],
     force: bool = False,
+    missing: Missing = NO_MISSING,
 ) -> str:
     folder = f"{PIPELINE_FOLDER}/{new_run_id()}"
-    plan = read_plan(root, folder, resources_file, targets, force)
+
+    def planned(rerun: Sequence[str] = ()) -> Plan:
+        return read_plan(root, folder, resources_file, targets, force, replace(missing, rerun=tuple(rerun)))
+
+    plan = planned()
     if overrides:
         set_params(overrides, root)
-        plan = read_plan(root, folder, resources_file, targets, force)  # what runs depends on the new values
+        plan = planned()  # what runs depends on the new values
+    if plan.pulled or plan.pull_paths:
+        plan = pull_missing(plan, planned, root)
     if not plan.run and not plan.refresh and not plan.data:
         log.info(
             "nothing to run: DVC reports every stage up to date (dvc status); saving the experiment as dvc exp run does"
@@ -221,10 +263,14 @@ class ExpRunOptions:
     overrides: tuple[str, ...] = ()
     resources_file: str | None = None
     targets: tuple[str, ...] = ()
+    pull: bool = False
+    allow_missing: bool = False
 
     def args(self) -> list[str]:
         args = [arg for override in self.overrides for arg in ("-S", override)]
-        return [*args, *(["--resources", self.resources_file] if self.resources_file else []), *self.targets]
+        args += ["--resources", self.resources_file] if self.resources_file else []
+        args += [*(["--pull"] if self.pull else []), *(["--allow-missing"] if self.allow_missing else [])]
+        return [*args, *self.targets]
 
 
 def module_file() -> Path:

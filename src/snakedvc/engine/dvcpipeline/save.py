@@ -78,7 +78,15 @@ def save(plan: Plan, name: str, root: Path, recorded: Recorded) -> str:
     # recorded is in dvc.lock by now. Without targets `dvc exp save` commits every stage, and would
     # record a stage this run did not run (a target's neighbour, a frozen one) as up to date with
     # new inputs; with each as a target it takes minutes at a thousand stages.
-    args += ["--", [*plan.data, *plan.refresh, *recorded.ran, *plan.wanted][0]]
+    # (--allow-missing: a stage whose outputs are all here.)
+    present = [name for name in plan.wanted if all((root / out).exists() for out in plan.stage(name).outs)]
+    committed = [*plan.data, *plan.refresh, *recorded.ran, *present]
+    if not committed:
+        raise PipelineError(
+            "nothing ran, and no stage the run involves has its outputs here (--allow-missing): no experiment "
+            "to save; `dvc pull` them first, or run with --pull"
+        )
+    args += ["--", committed[0]]
     with repo_lock(root):
         out = run_dvc(args, root)
         match = re.search(r"saved as:\s*(\S+)", out)
