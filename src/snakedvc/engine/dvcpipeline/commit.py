@@ -49,6 +49,7 @@ class Bookkeeper:
         self._decided: set[str] = set()
         self._seen: set[str] = set()
         self._stages: dict[str, Any] = {}
+        self._waiting = [name for name in plan.run if plan.waits(name)]  # in DVC's order
         self._repo: Any = None
 
     def __enter__(self) -> Bookkeeper:
@@ -119,9 +120,11 @@ class Bookkeeper:
     def step(self) -> None:
         """Commit the stages whose jobs finished since the last pass, then tell each waiting stage
         whose upstream stages are all settled whether to run."""
+        ran_folder = (self.root / self.plan.ran(self.plan.run[0])).parent if self.plan.run else self.root
+        markers = set(os.listdir(ran_folder)) if ran_folder.is_dir() else set()
         finished = [
             name for name in self.plan.run
-            if name not in self._seen and (self.root / self.plan.ran(name)).exists()
+            if name not in self._seen and self.plan.stage(name).rule in markers
         ]  # fmt: skip
         self._seen.update(finished)
         try:
@@ -170,10 +173,9 @@ class Bookkeeper:
 
     def _decide(self) -> None:
         settled = {*self.committed, *self.skipped}
-        for name in self.plan.run:
-            if name in self._decided or not self.plan.waits(name):
-                continue
-            upstream = [up for up in self.plan.stage(name).upstream if up in self.plan.run]
+        running = set(self.plan.run)
+        for name in [name for name in self._waiting if name not in self._decided]:
+            upstream = [up for up in self.plan.stage(name).upstream if up in running]
             lost = [up for up in upstream if up in self.failed or up in self._stopped]
             if lost:
                 self._stopped.add(name)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import logging
 import os
@@ -68,8 +69,16 @@ class Plan:
     pull: bool = False  # dvc exp run --pull, for the decisions at run time too
     allow_missing: bool = False  # dvc exp run --allow-missing: missing data alone is no change
 
+    @functools.cached_property
+    def _by_name(self) -> dict[str, Stage]:
+        return {stage.name: stage for stage in self.stages}
+
+    @functools.cached_property
+    def _running(self) -> frozenset[str]:
+        return frozenset(self.run)
+
     def stage(self, name: str) -> Stage:
-        return next(stage for stage in self.stages if stage.name == name)
+        return self._by_name[name]
 
     def ran(self, name: str) -> str:
         return f"{self.folder}/ran/{self.stage(name).rule}"
@@ -81,14 +90,14 @@ class Plan:
     def waits(self, name: str) -> bool:
         """A stage whose upstream stages run in this run: it waits for them to be recorded, and
         for the word whether to run."""
-        return any(up in self.run for up in self.stage(name).upstream)
+        return any(up in self._running for up in self.stage(name).upstream)
 
     def log(self, name: str) -> str:
         return f"{self.folder}/logs/{self.stage(name).rule}.log"
 
     def waits_for(self, name: str) -> list[str]:
         """The markers a stage's job waits for: its upstream stages of this run, finished."""
-        return [self.ran(up) for up in self.stage(name).upstream if up in self.run]
+        return [self.ran(up) for up in self.stage(name).upstream if up in self._running]
 
     def save(self, path: str | Path) -> None:
         Path(path).parent.mkdir(parents=True, exist_ok=True)
