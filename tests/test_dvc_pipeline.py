@@ -12,6 +12,7 @@ import hashlib
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 from pathlib import Path
@@ -423,15 +424,15 @@ def test_a_never_run_pipeline_in_a_subfolder_is_neither_run_nor_committed(tmp_pa
 ENV_STAGE = """\
 stages:
   train:
-    cmd: echo "$OMP_NUM_THREADS|$MKL_NUM_THREADS|$DVC_EXP_NAME|$DVC_EXP_BASELINE_REV" > out/deep/seen.txt
+    cmd: echo "$OMP_NUM_THREADS|$MKL_NUM_THREADS|$DVC_EXP_NAME|$DVC_EXP_BASELINE_REV|$([ "$DVC_ROOT" = "$PWD" ] && echo root)" > out/deep/seen.txt
     params: [train.lr]
     outs: [out/deep/seen.txt]
 """
 
 
 def test_a_stage_sees_what_dvc_exp_run_gives_it_and_errors_are_dvcs(tmp_path: Path) -> None:
-    """The folder of an output made before the command (DVC makes it), DVC_EXP_NAME and
-    DVC_EXP_BASELINE_REV set, the thread variables as the user has them (not Snakemake's
+    """The folder of an output made before the command (DVC makes it), DVC_EXP_NAME,
+    DVC_EXP_BASELINE_REV and DVC_ROOT set, the thread variables as the user has them (not Snakemake's
     OMP_NUM_THREADS=<threads>): the stage writes the same bytes both ways. A stage whose cpus
     snakedvc.yaml gives gets them as its limit. A bad -S says what DVC says, with DVC's exit code."""
     origin = dvc_project(tmp_path / "origin", {"params.yaml": "train:\n  lr: 0.1\n", "dvc.yaml": ENV_STAGE})
@@ -449,14 +450,14 @@ def test_a_stage_sees_what_dvc_exp_run_gives_it_and_errors_are_dvcs(tmp_path: Pa
     assert [p.returncode for p in named] == [0, 0], named[1].stderr[-2000:]
     head = git(origin, "rev-parse", "HEAD").strip()
     seen = (by_kit / "out/deep/seen.txt").read_text()
-    assert seen == (by_dvc / "out/deep/seen.txt").read_text() == f"7||seen|{head}\n"
+    assert seen == (by_dvc / "out/deep/seen.txt").read_text() == f"7||seen|{head}|root\n"
     assert lock(by_kit) == lock(by_dvc)
 
     # No -n: DVC's kind of random name, chosen before the stage ran, the one the experiment gets.
     (unnamed,) = both("-S", "train.lr=0.3")[1:]
     name = unnamed.stdout.strip()
     assert re.fullmatch(r"[a-z]+-[a-z]+", name), unnamed.stdout
-    assert (by_kit / "out/deep/seen.txt").read_text() == f"7||{name}|{head}\n"
+    assert (by_kit / "out/deep/seen.txt").read_text() == f"7||{name}|{head}|root\n"
     assert experiment(by_kit, name)["params"]["params.yaml"]["data"]["train"]["lr"] == 0.3
 
     # cpus in snakedvc.yaml: the job's thread limit, as for a Snakefile rule with threads.
@@ -666,3 +667,71 @@ def test_pull_and_allow_missing_do_what_dvc_exp_run_does_in_a_fresh_clone(tmp_pa
             assert all(here.values())  # pulled
         if case == "lr-changed-allow-missing":
             assert not here["other.txt"]  # missing, skipped, not run
+
+
+def test_a_new_stage_downstream_runs_in_a_fresh_clone_with_pull_and_allow_missing(tmp_path: Path) -> None:
+    """`--pull --allow-missing` in a fresh clone: a stage added after the push, never run, runs
+    (its missing input pulled first); the stages upstream, missing data only, do not. DVC counts a
+    missing input as changed where the stage before it recorded other data for it (DVC's own suite:
+    test_repro_allow_missing_and_pull)."""
+    files = {"params.yaml": "n: 1\nlr: 0.1\n", "dvc.yaml": REMOTE_DATA, ".gitignore": "runs.txt\n"}
+    origin = dvc_project(tmp_path / "origin", files)
+    dvc(origin, "remote", "add", "-d", "store", str(tmp_path / "remote"))
+    dvc(origin, "repro")
+    dvc(origin, "push")
+    dvc(origin, "stage", "add", "-n", "report", "-d", "model.txt", "-o", "report.txt",
+        "cat model.txt > report.txt && echo report >> runs.txt")  # fmt: skip
+    git(origin, "add", "-A")
+    git(origin, "commit", "-q", "-m", "reproduced, pushed; a new stage")
+    by_dvc, by_kit = clone(origin, "by-dvc"), clone(origin, "by-kit")
+    dvc(by_dvc, "exp", "run", "--pull", "--allow-missing", "-n", "report")
+    out = snakedvc(by_kit, "exp", "run", "--pull", "--allow-missing", "-n", "report")
+    for repo in (by_dvc, by_kit):
+        assert (repo / "runs.txt").read_text() == "report\n", (repo.name, out.stderr)
+        assert (repo / "report.txt").read_bytes() == (origin / "model.txt").read_bytes()
+    assert (by_kit / "dvc.lock").read_text() == (by_dvc / "dvc.lock").read_text()
+    assert experiment(by_kit, "report") == experiment(by_dvc, "report")
+
+
+def test_outputs_changed_by_hand_are_put_back_before_the_run_as_dvc_exp_run_does(tmp_path: Path) -> None:
+    """`dvc exp run` checks the pipeline's outputs out of the cache before it reproduces: an output
+    edited by hand is restored and a deleted one comes back, so nothing runs; the kit does the same."""
+    files = {"params.yaml": "n: 1\nlr: 0.1\n", "dvc.yaml": REMOTE_DATA, ".gitignore": "runs.txt\n"}
+    origin = dvc_project(tmp_path / "origin", files)
+    dvc(origin, "repro")
+    git(origin, "add", "-A")
+    git(origin, "commit", "-q", "-m", "reproduced")
+    (origin / "runs.txt").unlink()
+    for runner in ("dvc", "kit"):
+        repo = tmp_path / runner
+        shutil.copytree(origin, repo, symlinks=True)  # the cache too
+        (repo / "model.txt").write_text("edited by hand\n")
+        (repo / "data.txt").unlink()
+        if runner == "dvc":
+            dvc(repo, "exp", "run", "-n", "restored")
+        else:
+            snakedvc(repo, "exp", "run", "-n", "restored")
+        assert not (repo / "runs.txt").exists(), runner  # nothing ran
+        for name in ("model.txt", "data.txt"):
+            assert (repo / name).read_bytes() == (origin / name).read_bytes(), (runner, name)
+    assert (tmp_path / "kit" / "dvc.lock").read_text() == (tmp_path / "dvc" / "dvc.lock").read_text()
+
+
+def test_a_dvc_repository_in_a_subfolder_of_git_records_its_lock_file(tmp_path: Path) -> None:
+    """A DVC repository in a subfolder of the git repository (`dvc init --subdir`): the experiment
+    commit holds its dvc.lock and no DVC scratch file, as `dvc exp run`'s does (DVC's own suite:
+    test_subrepo; `dvc exp save` alone leaves an untracked dvc.lock out there)."""
+    files = {}
+    for runner in ("dvc", "kit"):
+        top = tmp_path / runner
+        repo = top / "dir" / "repo"
+        repo.mkdir(parents=True)
+        git(top, "init", "-q", "-b", "main")
+        dvc(repo, "init", "-q", "--subdir")
+        (repo / "params.yaml").write_text("foo: 1\n")
+        dvc(repo, "stage", "add", "-n", "copy", "-p", "foo", "-M", "metrics.yaml", "cp params.yaml metrics.yaml")
+        git(top, "add", "-A")
+        git(top, "-c", "user.name=a", "-c", "user.email=a@b", "commit", "-q", "-m", "a DVC repository in dir/repo")
+        (dvc if runner == "dvc" else snakedvc)(repo, "exp", "run", "-S", "foo=2", "-n", "sub")
+        files[runner] = git(top, "show", "--name-only", "--format=", experiment_rev(repo, "sub")).split()
+    assert files["kit"] == files["dvc"] == ["dir/repo/dvc.lock", "dir/repo/metrics.yaml", "dir/repo/params.yaml"]

@@ -386,9 +386,9 @@ def _add_exp_run(step: Step) -> None:
                    help="change a param first, as dvc exp run -S does (repeatable)")  # fmt: skip
     p.add_argument("-n", "--name", help="the experiment's name (default: DVC's)")
     p.add_argument("--dry", action="store_true", help="print the stages that would run, in order; change nothing")
-    p.add_argument(
-        "-f", "--force", action="store_true", help="run every stage involved, changed or not (dvc exp run -f)"
-    )
+    p.add_argument("-f", "--force", action="store_true",
+                   help="run every stage involved, changed or not, and replace the experiment named by -n if it "
+                        "exists (dvc exp run -f)")  # fmt: skip
     p.add_argument("--resources", metavar="FILE",
                    help="the stages' resources (default: snakedvc.yaml beside dvc.yaml, if there is one)")  # fmt: skip
     _add_missing_data_options(p)

@@ -2,32 +2,41 @@
 scripts/dvc-suite loads into DVC's test session (`-p snakedvc_dvc_suite_adapter`).
 
 Every `Repo.reproduce` the tests make (by the API, or by `dvc repro` through `dvc.cli.main`, which
-calls the same method) runs as `snakedvc exp run` runs a pipeline: the kit reads the plan through
+calls the same method) runs as `snakedvc exp run` runs a pipeline, and every `Experiments.run` (the
+API's `repo.experiments.run`, and `dvc exp run`) is `snakedvc exp run` itself: the kit reads the plan through
 DVC, Snakemake runs each stage as a job of its own (`snakedvc stage-run`), and `dvc commit` of each
-stage follows on this host. The method is overridden for the session, not patched inside: DVC's
+stage follows on this host. The methods are overridden for the session, not patched inside: DVC's
 public `Repo.reproduce` keeps its signature and returns what DVC's returns (the stages that ran,
-in order, as objects of the caller's repository), or raises DVC's `ReproductionError`.
+in order, as objects of the caller's repository), or raises DVC's `ReproductionError`;
+`Experiments.run` returns DVC's `{experiment commit: experiment hash}`.
 
 A test that asks for something the kit's runner has no equivalent of (a `--downstream` run, one
-stage alone, a target given as a file path, ...) is skipped, its reason naming the option: the
+stage alone, a target given as a file path, a queued or temporary-folder experiment, ...) is skipped, its reason naming the option: the
 script's table lists each with its count.
 """
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import os
 import re
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from dvc.exceptions import DvcException, ReproductionError
+from dvc.exceptions import DvcException, InvalidArgumentError, ReproductionError
 from dvc.repo import Repo
+from dvc.repo.experiments import Experiments
+from dvc.repo.experiments.exceptions import ExperimentExistsError
 
 # Options of Repo.reproduce the kit's runner takes as `dvc repro` does (False/None: not asked).
 # run_cache (on by default in `dvc repro`): the kit runs a stage where DVC might restore its
 # outputs from the run cache; the bytes are the same, and a test of the run cache itself fails.
-TAKEN = {"force", "interactive", "dry", "run_cache"}
+TAKEN = {"force", "interactive", "dry", "run_cache", "pull", "allow_missing"}
+# And those of Experiments.run (jobs: the queue's workers; name: the experiment's, as --name).
+TAKEN_BY_EXP_RUN = {*TAKEN, "jobs", "name", "params", "no_hydra"}
 
 # What the kit's runner refuses by design, before any job, in words its error holds.
 REFUSED = ("a persistent output is not supported", "is outside the repository", "a circular (checkpoint) output")
@@ -39,8 +48,14 @@ CALLS_FILE_ENV = "SNAKEDVC_DVC_SUITE_CALLS"
 PROFILE = "local"
 
 
-def _asked(options: dict[str, Any]) -> list[str]:
-    return sorted(name for name, value in options.items() if value and name not in TAKEN)
+def _asked(options: dict[str, Any], taken: set[str] = TAKEN) -> list[str]:
+    return sorted(name for name, value in options.items() if value and name not in taken)
+
+
+def _missing(options: dict[str, Any]) -> Any:
+    from snakedvc.engine import dvcpipeline
+
+    return dvcpipeline.Missing(pull=bool(options.get("pull")), allow=bool(options.get("allow_missing")))
 
 
 def _stage_names(repo: Repo, targets: Any) -> list[str]:
@@ -72,11 +87,10 @@ def kit_reproduce(
     **kwargs: Any,
 ) -> list[Any]:
     from snakedvc.engine import dvcpipeline
+    from snakedvc.engine.dvcpipeline.run import pull_missing
     from snakedvc.engine.stamps import new_run_id
 
-    if os.environ.get(CALLS_FILE_ENV):  # which tests made the kit's runner run (the script counts them)
-        with open(os.environ[CALLS_FILE_ENV], "a") as calls:
-            calls.write(os.environ.get("PYTEST_CURRENT_TEST", "?").split(" ")[0] + "\n")
+    _note_call()
     options = {"recursive": recursive, "pipeline": pipeline, "all_pipelines": all_pipelines,
                "downstream": downstream, "single_item": single_item, "glob": glob, **kwargs}  # fmt: skip
     if on_error not in (None, "fail"):
@@ -86,10 +100,33 @@ def kit_reproduce(
         pytest.skip(f"snakedvc exp run has no equivalent of reproduce's {', '.join(asked)}")
     root = Path(self.root_dir)
     names = _stage_names(self, targets)
+    folder = f"{dvcpipeline.PIPELINE_FOLDER}/{new_run_id()}"
+
+    def planned(rerun: Any = ()) -> Any:
+        missing = dataclasses.replace(_missing(kwargs), rerun=tuple(rerun))
+        return dvcpipeline.read_plan(root, folder, targets=names, force=bool(kwargs.get("force")), missing=missing)
+
+    with _dvc_errors():
+        plan = planned()
+        if plan.pulled or plan.pull_paths:
+            plan = pull_missing(plan, planned, root)
+    if kwargs.get("dry"):
+        return _stages_of(self, [*plan.data, *plan.refresh, *plan.run])
     try:
-        plan = dvcpipeline.read_plan(
-            root, f"{dvcpipeline.PIPELINE_FOLDER}/{new_run_id()}", targets=names, force=bool(kwargs.get("force"))
-        )
+        recorded = dvcpipeline.run_plan(plan, PROFILE, [], root)
+    except dvcpipeline.PipelineError as error:  # a stage that failed, data gone: DVC's error for it
+        raise ReproductionError(str(error)) from None
+    # As DVC's: the stages it recorded, not those it found unchanged at run time.
+    return _stages_of(self, [*plan.data, *plan.refresh, *recorded.ran])
+
+
+@contextlib.contextmanager
+def _dvc_errors() -> Iterator[None]:
+    """The kit's refusals as skips (by design, named in its error); DVC's own errors as DVC raises them."""
+    from snakedvc.engine import dvcpipeline
+
+    try:
+        yield
     except dvcpipeline.PipelineError as error:
         if "no dvc.yaml stages" in str(error) or "no stages to run" in str(error):
             pytest.skip("snakedvc exp run runs dvc.yaml pipelines; the test reproduces .dvc files alone")
@@ -99,14 +136,67 @@ def kit_reproduce(
         if isinstance(error.__context__, DvcException):  # DVC could not read the pipeline: its own error
             raise error.__context__ from None
         raise
+
+
+def kit_experiments_run(
+    self: Experiments,
+    targets: Any = None,
+    params: Any = None,
+    run_all: bool = False,
+    jobs: int = 1,
+    tmp_dir: bool = False,
+    queue: bool = False,
+    copy_paths: Any = None,
+    message: str | None = None,
+    **kwargs: Any,
+) -> dict[str, str]:
+    """`dvc exp run` as `snakedvc exp run`: DVC's result, {the experiment's commit: its hash}."""
+    from snakedvc.engine import dvcpipeline
+
+    _note_call()
+    options = {"run_all": run_all, "tmp_dir": tmp_dir, "queue": queue, "copy_paths": copy_paths,
+               "message": message, **kwargs}  # fmt: skip
+    asked = _asked(options, TAKEN_BY_EXP_RUN)
+    if asked:
+        pytest.skip(f"snakedvc exp run has no equivalent of exp run's {', '.join(asked)}")
     if kwargs.get("dry"):
-        return _stages_of(self, [*plan.data, *plan.refresh, *plan.run])
-    try:
-        recorded = dvcpipeline.run_plan(plan, PROFILE, [], root)
-    except dvcpipeline.PipelineError as error:  # a stage that failed, data gone: DVC's error for it
-        raise ReproductionError(str(error)) from None
-    # As DVC's: the stages it recorded, not those it found unchanged at run time.
-    return _stages_of(self, [*plan.data, *plan.refresh, *recorded.ran])
+        pytest.skip("snakedvc exp run --dry prints the plan; DVC's dry experiment runs in a temporary folder")
+    root = Path(self.repo.root_dir)
+    names = _stage_names(self.repo, targets)
+    with _dvc_errors():
+        try:
+            name = dvcpipeline.exp_run(
+                PROFILE, list(params or []), kwargs.get("name") or "", root=root, targets=names,
+                force=bool(kwargs.get("force")), missing=_missing(kwargs),
+            )  # fmt: skip
+        except dvcpipeline.PipelineError as error:
+            if "failed" in str(error):  # a stage failed: DVC's error for it, as its executor raises it
+                raise ReproductionError(str(error)) from None
+            if "exists already" in str(error):  # refused before anything ran: DVC's error for it
+                raise ExperimentExistsError(kwargs["name"]) from None
+            raise
+        except ValueError as error:  # the kit refused the name before anything ran: DVC's error for it
+            raise InvalidArgumentError(str(error)) from None
+    self.repo._reset()
+    return _experiment_result(self.repo, name)
+
+
+def _experiment_result(repo: Repo, name: str) -> dict[str, str]:
+    from dvc.repo.experiments.utils import exp_refs_by_baseline
+
+    baseline = repo.scm.get_rev()
+    for ref in exp_refs_by_baseline(repo.scm, {baseline}).get(baseline, []):
+        if ref.name == name:
+            rev = repo.scm.get_ref(str(ref))
+            subject = repo.scm.resolve_commit(rev).message.splitlines()[0]
+            return {rev: subject.rsplit(" ", 1)[-1]}  # "dvc: commit experiment <hash>"
+    raise AssertionError(f"snakedvc exp run saved {name!r}, but no experiment of that name has baseline {baseline}")
+
+
+def _note_call() -> None:
+    if os.environ.get(CALLS_FILE_ENV):  # which tests made the kit's runner run (the script counts them)
+        with open(os.environ[CALLS_FILE_ENV], "a") as calls:
+            calls.write(os.environ.get("PYTEST_CURRENT_TEST", "?").split(" ")[0] + "\n")
 
 
 def _stages_of(repo: Repo, names: list[str]) -> list[Any]:
@@ -119,3 +209,4 @@ def _stages_of(repo: Repo, names: list[str]) -> list[Any]:
 @pytest.fixture(autouse=True)
 def kit_runs_every_reproduce(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(Repo, "reproduce", kit_reproduce)
+    monkeypatch.setattr(Experiments, "run", kit_experiments_run)

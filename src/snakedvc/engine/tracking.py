@@ -375,13 +375,14 @@ def trim_experiment(name: str, keep: Sequence[str], records: Sequence[str], root
     # git names files from the repository's top; keep and records are the run's folder's.
     prefix = git_prefix(root)
     keep, records = [prefix + p for p in keep], [prefix + p for p in records]
+    scratch_dir = [prefix + ".dvc/tmp"]
     root = _git(root, "rev-parse", "--show-toplevel")  # the paths below are the top's
     listed = _git(root, "ls-tree", "-r", "-z", "--name-only", old).split("\0")
     dropped = [
         p
         for p in listed
         if p
-        and (within(p, [".dvc/tmp"]) or Path(p).name == SNAKEMAKE_STAMP or (within(p, records) and not within(p, keep)))
+        and (within(p, scratch_dir) or Path(p).name == SNAKEMAKE_STAMP or (within(p, records) and not within(p, keep)))
     ]
     if not dropped:
         return []
@@ -407,7 +408,7 @@ def trim_experiment(name: str, keep: Sequence[str], records: Sequence[str], root
     log.info(
         "experiment %s: left out what other runs wrote: %s",
         name,
-        ", ".join(p for p in dropped if not within(p, [".dvc/tmp"]) and Path(p).name != SNAKEMAKE_STAMP) or "nothing",
+        ", ".join(p for p in dropped if not within(p, scratch_dir) and Path(p).name != SNAKEMAKE_STAMP) or "nothing",
     )
     return dropped
 

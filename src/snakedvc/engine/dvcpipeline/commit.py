@@ -190,9 +190,12 @@ class Bookkeeper:
         from dvc.repo import lock_repo
 
         stage = self._stages[name]
+        # As dvc repro: with missing data allowed, a missing dependency still counts as changed
+        # where the stage it comes from recorded other data for it (upstream: the stages it needs).
+        upstream = list(self._repo.index.graph.successors(stage))
         with repo_lock(self.root), self._here(), lock_repo(self._repo):
-            changed = bool(stage.changed(allow_missing=self.plan.allow_missing))
-            if changed and self.plan.pull and not self.plan.allow_missing and not stage.changed(allow_missing=True):
+            changed = bool(stage.changed(allow_missing=self.plan.allow_missing, upstream=upstream))
+            if changed and self.plan.pull and not self.plan.allow_missing and not stage.changed(True, upstream):
                 try:  # its only change is missing data: pulled, not run (dvc repro --pull)
                     log.info("Pulling data for %s", name)
                     self._repo.pull(name)

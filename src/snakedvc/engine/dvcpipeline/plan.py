@@ -193,7 +193,7 @@ def _read_plan(
         wanted = _wanted(pipeline, graph, targets) if targets else _wanted(pipeline, graph, [s.addressing for s in own])
         sources = [s for s in reversed(list(nx.topological_sort(graph))) if s.is_data_source]
         sources = [s for s in sources if any(nx.has_path(graph, w, s) for w in wanted)]
-        status, data, only_missing = _what_changed(repo, wanted, sources, force, missing)
+        status, data, only_missing = _what_changed(repo, graph, wanted, sources, force, missing)
         frozen = {s.addressing for s in wanted if s.frozen}
         # A frozen callback stage (no dependencies) is not "always changed": dvc repro leaves it.
         status -= {s.addressing for s in wanted if s.frozen and s.is_callback}
@@ -234,13 +234,13 @@ def _to_run(
 
 
 def _what_changed(
-    repo: Any, wanted: list[Any], sources: list[Any], force: bool, missing: Missing
+    repo: Any, graph: Any, wanted: list[Any], sources: list[Any], force: bool, missing: Missing
 ) -> tuple[set[str], list[str], set[str]]:
     """The stages DVC finds changed; the `dvc add`ed data to commit anew (changed, in dependency
     order); with --pull, the stages and data whose only change is missing data."""
     if missing.pull or missing.allow:
-        status, pulled = _changes(repo, wanted, missing)
-        changed_data, pulled_data = _changes(repo, sources, missing)
+        status, pulled = _changes(repo, graph, wanted, missing)
+        changed_data, pulled_data = _changes(repo, graph, sources, missing)
     else:
         status, pulled = set(repo.status(targets=[s.addressing for s in wanted])), []
         changed_data = set(repo.status(targets=[s.addressing for s in sources])) if sources else set()
@@ -251,9 +251,11 @@ def _what_changed(
     return status, data, {*pulled, *pulled_data}
 
 
-def _changes(repo: Any, stages: list[Any], missing: Missing) -> tuple[set[str], list[str]]:
+def _changes(repo: Any, graph: Any, stages: list[Any], missing: Missing) -> tuple[set[str], list[str]]:
     """As `dvc repro --pull/--allow-missing` decides each stage: those that changed (missing data
-    aside), and, with --pull alone, those whose only change is missing data (pulled, not run)."""
+    aside), and, with --pull alone, those whose only change is missing data (pulled, not run). A
+    missing dependency is a change where the stage it comes from recorded other data for it (a
+    stage that never ran, downstream of one that did): DVC passes a stage's upstream for that."""
     from dvc.repo import lock_repo
 
     changed: set[str] = set(missing.rerun)
@@ -262,7 +264,8 @@ def _changes(repo: Any, stages: list[Any], missing: Missing) -> tuple[set[str], 
         for stage in stages:
             if stage.addressing in changed:
                 continue
-            if stage.changed(allow_missing=True):
+            upstream = list(graph.successors(stage))
+            if stage.changed(allow_missing=True, upstream=upstream):
                 changed.add(stage.addressing)
             elif missing.pull and not missing.allow and stage.changed():
                 only_missing.append(stage.addressing)

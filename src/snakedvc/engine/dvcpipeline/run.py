@@ -60,8 +60,31 @@ def exp_run(
     ignore_kit_folder(root, ".snakemake", "Snakemake's records of snakedvc exp run's jobs")
     with workspace_lock(root):
         if name:
-            check_name_is_free(name, root)
+            check_name_is_free(name, root, replace=force)
         return _exp_run(profile, overrides, name, snakemake_args, root, resources_file, targets, force, missing)
+
+
+def prepare_workspace(root: Path, targets: Sequence[str]) -> None:
+    """What `dvc exp run` does before it reproduces: the data the pipeline reads that was changed
+    by hand (a `dvc add`ed file) committed, then the stages' outputs put back as dvc.lock records
+    them, from the cache where they are missing or were changed by hand (DVC's commit of data
+    dependencies and its checkout, both forced, missing cache allowed; the targets with the stages
+    they need, or every stage)."""
+    from dvc.exceptions import DvcException
+    from dvc.repo import Repo
+
+    from snakedvc.engine.tracking import repo_lock
+
+    try:
+        with repo_lock(root), contextlib.chdir(root), Repo(str(root)) as repo:
+            every: list[str | None] = [None]  # DVC's commit takes one target, or None for all
+            for target in list(targets) or every:
+                repo.commit(
+                    target, with_deps=True, force=True, allow_missing=True, data_only=True, relink=False
+                )  # fmt: skip
+            repo.checkout(targets=list(targets) or None, with_deps=bool(targets), force=True, allow_missing=True)
+    except DvcException as error:
+        raise PipelineError(f"{root}: DVC could not prepare the workspace for the run: {error}") from None
 
 
 def pull_missing(plan: Plan, planned: Callable[[Sequence[str]], Plan], root: Path) -> Plan:
@@ -126,7 +149,8 @@ def _exp_run(
     plan = planned()
     if overrides:
         set_params(overrides, root)
-        plan = planned()  # what runs depends on the new values
+    prepare_workspace(root, targets)
+    plan = planned()  # what runs depends on the new values and the restored outputs
     if plan.pulled or plan.pull_paths:
         plan = pull_missing(plan, planned, root)
     if not plan.run and not plan.refresh and not plan.data:
@@ -137,7 +161,7 @@ def _exp_run(
     # name where none is given), and every stage sees it and the baseline in its environment.
     name = name or random_experiment_name(root)
     recorded = run_plan(plan, profile, snakemake_args, root, experiment_env(name, root))
-    return save(plan, name, root, recorded)
+    return save(plan, name, root, recorded, replace=force)
 
 
 def experiment_env(name: str, root: Path) -> dict[str, str]:
@@ -147,10 +171,26 @@ def experiment_env(name: str, root: Path) -> dict[str, str]:
 
     baseline = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, check=True)
     return {
+        **studio_env(root),
         "DVC_EXP_NAME": name,
         "DVC_EXP_BASELINE_REV": baseline.stdout.strip(),
+        "DVC_ROOT": str(root),
         SUBMIT_THREAD_ENV: submit_thread_env(),
     }
+
+
+def studio_env(root: Path) -> dict[str, str]:
+    """DVC Studio's settings as `dvc exp run` hands them to its stages (dvclive reads them to send
+    live metrics): from the repository's config and DVC_STUDIO_* here, none where Studio is not set up."""
+    from dvc.repo import Repo
+    from dvc.utils.studio import config_to_env
+    from dvc_studio_client.post_live_metrics import get_studio_config
+
+    with Repo(str(root)) as repo:
+        return {
+            key: str(value)
+            for key, value in config_to_env(get_studio_config(dvc_studio_config=repo.config.get("studio"))).items()
+        }
 
 
 def run_plan(

@@ -13,14 +13,16 @@ from snakedvc.engine.dvcpipeline.plan import PipelineError, Plan
 log = logging.getLogger(__name__)
 
 
-def check_name_is_free(name: str, root: Path) -> None:
-    """Before any job, as `dvc exp run -n` checks: a valid name no experiment of this repository has."""
+def check_name_is_free(name: str, root: Path, replace: bool = False) -> None:
+    """Before any job, as `dvc exp run -n` checks: a valid name no experiment of this repository has,
+    unless ``replace`` (`-f`, as DVC's: the experiment of that name is replaced)."""
     from snakedvc.engine.names import experiment_refs, validate_experiment_name
 
     validate_experiment_name(name)
-    if name in experiment_refs(root):
+    if name in experiment_refs(root) and not replace:
         raise PipelineError(
-            f"experiment {name!r} exists already (dvc exp show): another -n, or `dvc exp remove {name}`"
+            f"experiment {name!r} exists already (dvc exp show): another -n, `dvc exp remove {name}`, "
+            "or -f to replace it"
         )
 
 
@@ -61,18 +63,22 @@ def failure(plan: Plan, root: Path, books: Bookkeeper) -> str:
     )
 
 
-def save(plan: Plan, name: str, root: Path, recorded: Recorded) -> str:
+def save(plan: Plan, name: str, root: Path, recorded: Recorded, replace: bool = False) -> str:
     """One `dvc exp save` with what `dvc exp run` commits: dvc.lock (the stages that ran, already
-    committed), params, the uncached outputs of the stages that ran; DVC's commit message."""
+    committed), params, the uncached outputs of the stages that ran; DVC's commit message.
+    ``replace``: an experiment of the same name is replaced (`dvc exp run -f -n NAME`)."""
     from snakedvc.engine.tracking import note_saved, repo_lock, run_dvc, trim_experiment
 
     args = ["exp", "save", "--message", f"dvc: commit experiment {recorded.experiment_hash}"]
     if name:
-        args += ["--name", name]
+        args += ["--name", name, *(["--force"] if replace else [])]
     # Nothing ran: the experiment holds what the run involves, as `dvc exp run`'s does.
     involved = recorded.ran if recorded.ran or plan.refresh or plan.data else plan.wanted
     produced = {out for stage in involved for out in plan.stage(stage).uncached if (root / out).exists()}
-    for path in sorted(produced):
+    # The lock files too: `dvc exp save` adds an untracked dvc.lock itself only at the top of the
+    # git repository, not in a DVC repository in a subfolder of it (a subrepo).
+    locks = {_lock_file(stage) for stage in [*plan.data, *plan.refresh, *recorded.ran]}
+    for path in sorted(produced | {lock for lock in locks if (root / lock).is_file()}):
         args += ["--include-untracked", path]
     # One target, already committed (its commit again changes nothing): every stage the run
     # recorded is in dvc.lock by now. Without targets `dvc exp save` commits every stage, and would
@@ -98,6 +104,12 @@ def save(plan: Plan, name: str, root: Path, recorded: Recorded) -> str:
     log.info("experiment saved: %s", saved)
     note_saved(saved)
     return saved
+
+
+def _lock_file(stage: str) -> str:
+    """The lock file that records a stage: dvc.lock, or sub/dvc.lock for "sub/dvc.yaml:train"."""
+    dvcfile, _, _ = stage.rpartition(":")
+    return str(Path(dvcfile).with_suffix(".lock")) if dvcfile.endswith(".yaml") else "dvc.lock"
 
 
 def cached_outputs(plan: Plan) -> list[str]:
