@@ -36,7 +36,7 @@ from dvc.repo.experiments.exceptions import ExperimentExistsError
 # outputs from the run cache; the bytes are the same, and a test of the run cache itself fails.
 TAKEN = {"force", "interactive", "dry", "run_cache", "pull", "allow_missing"}
 # And those of Experiments.run (jobs: the queue's workers; name: the experiment's, as --name).
-TAKEN_BY_EXP_RUN = {*TAKEN, "jobs", "name", "params", "no_hydra"}
+TAKEN_BY_EXP_RUN = {*TAKEN, "jobs", "name", "params"}
 
 # What the kit's runner refuses by design, before any job, in words its error holds.
 REFUSED = ("a persistent output is not supported", "is outside the repository", "a circular (checkpoint) output")
@@ -174,6 +174,8 @@ def kit_experiments_run(
                 raise ReproductionError(str(error)) from None
             if "exists already" in str(error):  # refused before anything ran: DVC's error for it
                 raise ExperimentExistsError(kwargs["name"]) from None
+            if "Sweep overrides can't be used" in str(error):
+                raise InvalidArgumentError(str(error)) from None
             raise
         except ValueError as error:  # the kit refused the name before anything ran: DVC's error for it
             raise InvalidArgumentError(str(error)) from None

@@ -367,19 +367,46 @@ def _is_params(dep: Any) -> bool:
 
 def set_params(overrides: Sequence[str], root: str | Path = ".") -> None:
     """Apply ``-S`` overrides to the params files as `dvc exp run -S` does (DVC's own functions:
-    ``[file:]key=value``, Hydra's override grammar)."""
-    if not overrides:
-        return
+    ``[file:]key=value``, Hydra's override grammar). With Hydra enabled in DVC's config, params.yaml
+    is composed from the Hydra config with the overrides, as DVC composes it, -S or not. A sweep
+    (``key=a,b``) is refused as `dvc exp run` refuses it without --queue."""
     from dvc.exceptions import DvcException
+    from dvc.repo import Repo
     from dvc.utils.cli_parse import to_path_overrides
-    from dvc.utils.hydra import apply_overrides
+    from dvc.utils.hydra import apply_overrides, compose_and_dump, to_hydra_overrides
 
+    root = Path(root)
+    with Repo(str(root)) as repo:
+        hydra = repo.config.get("hydra", {})
+    path_overrides = to_path_overrides(list(overrides))
+    if hydra.get("enabled", False):
+        path_overrides.setdefault(HYDRA_OUTPUT, [])
+    if not path_overrides:
+        return
     try:
-        for path, changes in to_path_overrides(list(overrides)).items():
-            apply_overrides(Path(root) / path, changes)
+        sweep = any(o.is_sweep_override() for changes in path_overrides.values() for o in to_hydra_overrides(changes))
+        if sweep:
+            raise PipelineError(
+                f"-S {' '.join(overrides)}: Sweep overrides can't be used without `--queue` (dvc exp run's words): "
+                "run one value at a time, or a sweep of the kit's (snakedvc.sweep in a Snakefile's config)"
+            )
+        for path, changes in path_overrides.items():
+            if hydra.get("enabled", False) and path == HYDRA_OUTPUT:
+                module = hydra.get("config_module")
+                config_dir = None if module else str(root / hydra.get("config_dir", "conf"))
+                compose_and_dump(
+                    str(root / path), config_dir, module, hydra.get("config_name", "config"),
+                    str(root / hydra.get("plugins_path", "")), changes,
+                )  # fmt: skip
+            else:
+                apply_overrides(root / path, changes)
     except DvcException as error:  # DVC's own words follow, as `dvc exp run -S` prints them ("use +key=…")
         cause = f": {error.__cause__}" if error.__cause__ else ""
         raise PipelineError(f"-S {' '.join(overrides)}: {error}{cause}") from None
+
+
+# The params file Hydra composes (DVC's default params file).
+HYDRA_OUTPUT = "params.yaml"
 
 
 def dry_run(
@@ -399,7 +426,7 @@ def dry_run(
         return plan
     saved = {
         path: (root / path).read_bytes() if (root / path).exists() else None
-        for path in to_path_overrides(list(overrides))
+        for path in {*to_path_overrides(list(overrides)), HYDRA_OUTPUT}
     }
     try:
         set_params(overrides, root)

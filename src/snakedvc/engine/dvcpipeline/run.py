@@ -147,8 +147,7 @@ def _exp_run(
         return read_plan(root, folder, resources_file, targets, force, replace(missing, rerun=tuple(rerun)))
 
     plan = planned()
-    if overrides:
-        set_params(overrides, root)
+    set_params(overrides, root)  # Hydra's composition too, where it is on: -S or not
     prepare_workspace(root, targets)
     plan = planned()  # what runs depends on the new values and the restored outputs
     if plan.pulled or plan.pull_paths:
