@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 STEP_BIN := .venv-esol/bin
 SNAKEMAKE := $(BIN)/snakemake
 
-.PHONY: help setup run run-slurm digits test test-fast lint docs dag bench browser clean cluster-up cluster-down
+.PHONY: help setup run run-slurm digits test test-fast lint docs dag bench browser sshd clean cluster-up cluster-down
 
 help:
 	@echo "make run        set up .venv (engine) and .venv-esol (steps), run the pipeline locally (profiles/local),"
@@ -36,7 +36,7 @@ digits: setup
 
 # --durations: the slowest tests, to keep the whole run short (CI's target is 45 minutes).
 # scripts/test-engine runs the engine's tests in groups side by side (see there).
-test: setup docs cluster-up browser
+test: setup docs cluster-up browser sshd
 	$(STEP_BIN)/python -m pytest --durations=10 tests/esol
 	scripts/test-engine
 
@@ -70,6 +70,10 @@ dag: setup
 # The report tests open pages in a real headless Chromium; the report draws the DAG with graphviz.
 browser:
 	@scripts/ensure-apt chromium graphviz
+
+# The tests of `--remote` start a real OpenSSH server on 127.0.0.1 (tests/sshd.py).
+sshd:
+	@scripts/ensure-apt openssh-server
 
 bench: setup cluster-up
 	scripts/bench

@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -159,8 +160,14 @@ def cmd_restore(args: argparse.Namespace) -> None:
 def cmd_submit(args: argparse.Namespace) -> None:
     from snakedvc.engine.dvcpipeline import ExpRunOptions, is_dvc_pipeline, pipeline_profile
     from snakedvc.engine.runs import repository_root, submit
+    from snakedvc.engine.runs.submission import SentCode
 
     snakemake_args = args.snakemake_args[1:] if args.snakemake_args[:1] == ["--"] else args.snakemake_args
+    if args.remote:
+        return _submit_remote(args, snakemake_args)
+    if bool(args.commit) != bool(args.run_id):
+        raise ValueError("--commit and --run-id come together (snakedvc submit --remote sends them)")
+    sent = SentCode(args.commit, args.run_id) if args.commit else None
     pipeline, root = None, repository_root(".")
     if is_dvc_pipeline(root, snakemake_args):
         pipeline = ExpRunOptions(
@@ -173,15 +180,83 @@ def cmd_submit(args: argparse.Namespace) -> None:
     if pipeline is not None:
         profile = str(pipeline_profile(args.profile, root))
     run = submit(
-        profile, snakemake_args, name=args.name or "", share=args.share, pipeline=pipeline, replace=args.replace
-    )
+        profile, snakemake_args, name=args.name or "", share=args.share, pipeline=pipeline, replace=args.replace,
+        sent=sent,
+    )  # fmt: skip
     where = f"SLURM job {run.controller_jobs[-1]}" if run.slurm else f"process {run.controller_pid}"
     print(run.id)
     print(f"submitted run {run.id} ({run.name}): controller {where}; `snakedvc logs -f {run.id}` follows it",
           file=sys.stderr)  # fmt: skip
 
 
+def _submit_remote(args: argparse.Namespace, snakemake_args: list[str]) -> None:
+    """`submit --remote NAME`: the same submission, started on the remote's login node over SSH."""
+    from snakedvc.engine.dvcpipeline import is_dvc_pipeline
+    from snakedvc.engine.remote import get_remote, submit_remote
+    from snakedvc.engine.runs import repository_root
+    from snakedvc.engine.stamps import new_run_id
+
+    root = repository_root(".")
+    forwarded: list[str] = []
+    for flag, value in (("--name", args.name), ("--profile", args.profile), ("--resources", args.resources)):
+        forwarded += [flag, value] if value else []
+    forwarded += ["--replace"] if args.replace else []
+    for flag, values in (("-S", args.set_param), ("--target", args.target), ("--share", args.share)):
+        for value in values:
+            forwarded += [flag, value]
+    pipeline = is_dvc_pipeline(root, snakemake_args)
+    # The cluster's clone has the code, not the data: a dvc.yaml run pulls what it needs from the DVC remote.
+    forwarded += ["--pull"] if args.pull or pipeline else []
+    forwarded += ["--allow-missing"] if args.allow_missing else []
+    remote = get_remote(root, args.remote)
+    run_id = submit_remote(
+        root, remote, [*forwarded, *(["--", *snakemake_args] if snakemake_args else [])], new_run_id()
+    )
+    print(f"submitted run {run_id} on remote {remote.name}; you may disconnect. `snakedvc logs --remote {remote.name} "
+          f"-f {run_id}` follows it; `snakedvc pull --remote {remote.name}` brings its experiment here",
+          file=sys.stderr)  # fmt: skip
+
+
+def _on_remote(args: argparse.Namespace, command: list[str]) -> None:
+    """A watching command (runs, logs, cancel, resume) run in the project's clone on the remote."""
+    from snakedvc.engine.remote import get_remote, project_name, run_kit
+    from snakedvc.engine.runs import repository_root
+
+    root = repository_root(".")
+    proc = run_kit(get_remote(root, args.remote), project_name(root), command)
+    if proc.returncode != 0:
+        raise SystemExit(proc.returncode)
+
+
+def cmd_remote(args: argparse.Namespace) -> None:
+    from snakedvc.engine.remote import add_remote, check_login, list_remotes, remove_remote
+    from snakedvc.engine.runs import repository_root
+
+    root = repository_root(".")
+    if args.action == "add":
+        remote = add_remote(root, args.name, args.url, args.snakedvc)
+        if not args.no_check:
+            check_login(remote)
+        print(f"remote {remote.name}: {remote.url} (the kit there: {remote.snakedvc})")
+    elif args.action == "remove":
+        remove_remote(root, args.name)
+    else:
+        for remote in list_remotes(root):
+            print(f"{remote.name}\t{remote.url}\t{remote.snakedvc}")
+
+
+def cmd_pull(args: argparse.Namespace) -> None:
+    from snakedvc.engine.remote import get_remote, pull
+    from snakedvc.engine.runs import repository_root
+
+    root = repository_root(".")
+    names = pull(root, get_remote(root, args.remote), args.experiments)
+    print("\n".join(names) if names else f"no experiments on remote {args.remote} yet")
+
+
 def cmd_runs(args: argparse.Namespace) -> None:
+    if args.remote:
+        return _on_remote(args, ["runs", *(["--json"] if args.json else [])])
     from snakedvc.engine.runs import describe, format_runs, list_runs, repository_root
 
     runs = list_runs(repository_root())
@@ -192,6 +267,8 @@ def cmd_runs(args: argparse.Namespace) -> None:
 
 
 def cmd_logs(args: argparse.Namespace) -> None:
+    if args.remote:
+        return _on_remote(args, ["logs", *(["-f"] if args.follow else []), args.run])
     from snakedvc.engine.runs import find_run, follow, repository_root
 
     run = find_run(repository_root(), args.run)
@@ -204,6 +281,8 @@ def cmd_logs(args: argparse.Namespace) -> None:
 
 
 def cmd_cancel(args: argparse.Namespace) -> None:
+    if args.remote:
+        return _on_remote(args, ["cancel", args.run])
     from snakedvc.engine.runs import cancel, find_run, repository_root
 
     run = cancel(find_run(repository_root(), args.run))
@@ -211,6 +290,8 @@ def cmd_cancel(args: argparse.Namespace) -> None:
 
 
 def cmd_resume(args: argparse.Namespace) -> None:
+    if args.remote:
+        return _on_remote(args, ["resume", args.run])
     from snakedvc.engine.runs import find_run, repository_root, resume
 
     run, started = resume(find_run(repository_root(), args.run))
@@ -250,6 +331,7 @@ Step = Callable[[str, Any, str], argparse.ArgumentParser]
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="snakedvc", description=__doc__)
     parser.add_argument("--version", action="version", version=__version__)
+    parser.add_argument("-C", dest="chdir", metavar="DIR", help="run as if started in DIR (as git -C)")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     def step(name: str, func: Any, help_text: str) -> argparse.ArgumentParser:
@@ -397,6 +479,25 @@ def _add_exp_run(step: Step) -> None:
     )
 
 
+def _add_remote_commands(step: Step) -> None:
+    """A cluster reached over SSH: naming it, and bringing its experiments home."""
+    p = step("remote", cmd_remote, "name a cluster reached over SSH: remote add NAME ssh://USER@HOST/~/runs")
+    actions = p.add_subparsers(dest="action", required=True, metavar="ACTION")
+    q = actions.add_parser("add", help="name a remote (kept in this clone's git config); checks the login")
+    q.add_argument("name")
+    q.add_argument("url", help="ssh://[user@]host[:port]/folder: the folder the kit keeps this project's clone in")
+    q.add_argument("--snakedvc", default="snakedvc",
+                   help="the kit's command on the cluster, e.g. /home/me/env/bin/snakedvc (default: snakedvc on PATH)")  # fmt: skip
+    q.add_argument("--no-check", action="store_true", help="do not log in to check it")
+    q = actions.add_parser("remove", help="forget a remote")
+    q.add_argument("name")
+    actions.add_parser("list", help="the remotes: name, URL, the kit's command there")
+
+    p = step("pull", cmd_pull, "bring a remote's experiments here: git refs over SSH, data from the DVC remote")
+    p.add_argument("--remote", required=True, metavar="NAME", help="the remote (snakedvc remote add)")
+    p.add_argument("experiments", nargs="*", metavar="NAME", help="experiments to bring (default: every one)")
+
+
 def _add_run_commands(step: Step) -> None:
     """The commands a person runs: detached runs and set-up."""
     p = step("submit", cmd_submit, "run the workflow detached, on the code as it is now; prints the run id")
@@ -421,28 +522,54 @@ def _add_run_commands(step: Step) -> None:
     p.add_argument("--share", action="append", default=[], metavar="PATH",
                    help="an ignored path of the repository linked into the run's workspace (repeatable; "
                         "Python environments at the top level are linked anyway)")  # fmt: skip
+    p.add_argument("--remote", metavar="NAME",
+                   help="submit on that cluster over SSH (snakedvc remote add), from a machine without SLURM")  # fmt: skip
+    # Sent by `submit --remote` to the cluster's clone: the frozen code, the run id, push at the end.
+    p.add_argument("--commit", help=argparse.SUPPRESS)
+    p.add_argument("--run-id", help=argparse.SUPPRESS)
+    p.add_argument("--push", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("snakemake_args", nargs=argparse.REMAINDER, help="-- then Snakemake arguments, e.g. -- --config ...")
 
     _add_exp_run(step)
 
+    _add_remote_commands(step)
+
+    remote_help = "on that remote, over SSH (snakedvc remote add)"
     p = step("runs", cmd_runs, "list submitted runs")
     p.add_argument("--json", action="store_true", help="machine-readable")
+    p.add_argument("--remote", metavar="NAME", help=remote_help)
 
     p = step("logs", cmd_logs, "show a run's controller log")
     p.add_argument("run", help="run id, id prefix or name")
     p.add_argument("-f", "--follow", action="store_true", help="follow until the run ends")
+    p.add_argument("--remote", metavar="NAME", help=remote_help)
 
     p = step("cancel", cmd_cancel, "stop a run: its controller and every SLURM job it submitted")
     p.add_argument("run", help="run id, id prefix or name")
+    p.add_argument("--remote", metavar="NAME", help=remote_help)
 
     p = step("resume", cmd_resume, "restart a lost or failed run's controller; finished steps are kept")
     p.add_argument("run", help="run id, id prefix or name")
+    p.add_argument("--remote", metavar="NAME", help=remote_help)
 
     step("clean", cmd_clean, "remove finished runs' workspaces (their results are in DVC)")
 
     p = step("init", cmd_init, "set up this git repository for snakedvc: profiles, .gitignore, DVC, dvc.yaml, config")
     p.add_argument("--config", default="config.yaml", help="the workflow's config file (default config.yaml)")
     p.add_argument("--dry-run", action="store_true", help="say what would be written, write nothing")
+
+
+def _activate_own_environment() -> None:
+    """Started by its path from a virtual or conda environment that is not active (by ssh from
+    `snakedvc ... --remote`, by cron), the kit puts that environment's bin first on PATH, as
+    `activate` would: the workflow's `python`, `snakemake` and `snakedvc` are then that
+    environment's, in the kit's processes and in every job they start."""
+    prefix = Path(sys.prefix)
+    if sys.prefix == sys.base_prefix and not (prefix / "conda-meta").is_dir():
+        return  # a system interpreter: PATH is the user's business
+    bindir = str(Path(sys.executable).parent)
+    if bindir not in os.environ.get("PATH", "").split(os.pathsep):
+        os.environ["PATH"] = os.pathsep.join(filter(None, [bindir, os.environ.get("PATH", "")]))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -454,9 +581,13 @@ def main(argv: list[str] | None = None) -> int:
 
     argv = sys.argv[1:] if argv is None else argv
     passed_on = []  # `exp run ... -- ARGS`: ARGS go to Snakemake (argparse cannot split them from TARGETS)
-    if argv[:2] == ["exp", "run"] and "--" in argv:
+    start = 2 if argv[:1] == ["-C"] else 0
+    if argv[start : start + 2] == ["exp", "run"] and "--" in argv:
         argv, passed_on = argv[: argv.index("--")], argv[argv.index("--") + 1 :]
     args = build_parser().parse_args(argv)
+    if args.chdir:
+        os.chdir(args.chdir)
+    _activate_own_environment()
     args.snakemake_args = getattr(args, "snakemake_args", passed_on)
     _setup_logging(getattr(args, "log", None))
     try:

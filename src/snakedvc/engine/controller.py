@@ -45,6 +45,10 @@ def say(message: str) -> None:
     print(f"[snakedvc controller {time.strftime('%Y-%m-%d %H:%M:%S')}] {message}", flush=True)
 
 
+# What sshd sets for its session (bash reads them to decide whether to source ~/.bashrc).
+SSH_SESSION_VARIABLES = ("SSH_CLIENT", "SSH2_CLIENT", "SSH_CONNECTION", "SSH_TTY")
+
+
 class Controller:
     def __init__(self, run_dir: Path) -> None:
         self.run = Run.load(run_dir)
@@ -111,6 +115,11 @@ class Controller:
 
     def _environment(self) -> dict[str, str]:
         env = slurm.without_job_environment(os.environ)
+        # A run submitted over SSH is no SSH session: with SSH_CLIENT set, bash sources ~/.bashrc in
+        # every rule's shell (it takes itself for sshd's), and a .bashrc that sets up pyenv or conda
+        # puts its python before the run's environment.
+        for key in SSH_SESSION_VARIABLES:
+            env.pop(key, None)
         for key, value in self.run.environment.items():
             env[key] = value + (os.pathsep + env[key] if env.get(key) else "")
         env[EXPERIMENT_NAME_ENV] = self.run.name

@@ -123,6 +123,11 @@ def track(paths: Sequence[str | Path], root: Path | str = ".") -> None:
         run_dvc(["add", *map(str, paths)], root)
 
 
+# Set by a run submitted from another machine (snakedvc submit --remote): its experiment is
+# pushed at the end, the data to the DVC remote and, where the project has a git origin, the refs.
+EXPERIMENT_PUSH_ENV = "SNAKEDVC_EXPERIMENT_PUSH"
+
+
 def experiment_settings(config: Mapping[str, Any]) -> Experiment:
     found = kit_settings(config).experiment
     # A submitted run (snakedvc submit) names its experiment after the run.
@@ -130,6 +135,8 @@ def experiment_settings(config: Mapping[str, Any]) -> Experiment:
         found = dataclasses.replace(
             found, name=os.environ[EXPERIMENT_NAME_ENV], replace=os.environ.get(EXPERIMENT_REPLACE_ENV) == "1"
         )
+    if os.environ.get(EXPERIMENT_PUSH_ENV) == "1":
+        found = dataclasses.replace(found, push=True)
     return found
 
 
@@ -328,9 +335,13 @@ def note_saved(saved: str) -> None:
 def push(saved: str, root: Path | str = ".") -> None:
     """`dvc push` the data and `dvc exp push origin` the experiment; a failure keeps DVC's own reason
     and says which remote, that the experiment is saved, and how to push it again."""
+    # A remote run's refs stay in the cluster's clone where the project has no git origin: `snakedvc
+    # pull --remote` fetches them from there.
+    refs = os.environ.get(EXPERIMENT_PUSH_ENV) != "1" or _has_origin(root)
     try:
         run_dvc(["push"], root)  # not --quiet: it hides DVC's reason along with its progress
-        run_dvc(["exp", "push", "origin", saved], root)
+        if refs:
+            run_dvc(["exp", "push", "origin", saved], root)
     except TrackingError as error:
         listed = subprocess.run([*dvc_command(), "config", "--list"], cwd=root, capture_output=True, text=True)
         # remote.<name>.url=<url> lines (`dvc remote list` wraps its table to the terminal's width).
@@ -341,6 +352,10 @@ def push(saved: str, root: Path | str = ".") -> None:
             f"Fix the remote, then push it again: dvc push && dvc exp push origin {saved}",
             saved=saved,
         ) from None
+
+
+def _has_origin(root: Path | str) -> bool:
+    return subprocess.run(["git", "remote", "get-url", "origin"], cwd=root, capture_output=True).returncode == 0
 
 
 def _git(root: Path | str, *args: str, env: dict[str, str] | None = None, stdin: str | None = None) -> str:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -67,7 +68,7 @@ def save(plan: Plan, name: str, root: Path, recorded: Recorded, replace: bool = 
     """One `dvc exp save` with what `dvc exp run` commits: dvc.lock (the stages that ran, already
     committed), params, the uncached outputs of the stages that ran; DVC's commit message.
     ``replace``: an experiment of the same name is replaced (`dvc exp run -f -n NAME`)."""
-    from snakedvc.engine.tracking import note_saved, repo_lock, run_dvc, trim_experiment
+    from snakedvc.engine.tracking import EXPERIMENT_PUSH_ENV, note_saved, push, repo_lock, run_dvc, trim_experiment
 
     args = ["exp", "save", "--message", f"dvc: commit experiment {recorded.experiment_hash}"]
     if name:
@@ -103,6 +104,9 @@ def save(plan: Plan, name: str, root: Path, recorded: Recorded, replace: bool = 
         trim_experiment(saved, keep=[], records=cached_outputs(plan), root=root)
     log.info("experiment saved: %s", saved)
     note_saved(saved)
+    if os.environ.get(EXPERIMENT_PUSH_ENV) == "1":  # submitted from another machine: results go home
+        with repo_lock(root):
+            push(saved, root)
     return saved
 
 

@@ -9,6 +9,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from snakedvc import slurm
@@ -33,6 +34,7 @@ from snakedvc.engine.runs.workspace import (
 )
 from snakedvc.engine.settings import ControllerSettings
 from snakedvc.engine.stamps import new_run_id
+from snakedvc.engine.tracking import EXPERIMENT_PUSH_ENV
 from snakedvc.slurm import SlurmUnavailable, SubmissionFailed, submit_once
 
 # --- starting a controller --------------------------------------------------------------------
@@ -110,6 +112,36 @@ def _quote(value: str) -> str:
 # --- submit ---------------------------------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class SentCode:
+    """A submission from another machine: the frozen commit it pushed here and its run id."""
+
+    commit: str
+    run_id: str
+
+
+def adopt(root: Path, run_id: str) -> Run | None:
+    """A submission sent again (its SSH connection dropped before the answer came back): the run
+    of that id, its controller started where the first try stopped before that; None where the
+    first try made nothing that lasts (what it left half-made is removed)."""
+    runs = [run for run in list_runs(root) if run.id == run_id]
+    if not runs:
+        left = Run(id=run_id, name="", root=str(root), commit="", baseline="", profile="", snakemake_args=[],
+                   slurm=False, created=0.0)  # fmt: skip
+        if left.dir.exists():
+            remove_workspace(left)
+            shutil.rmtree(left.dir, ignore_errors=True)
+        return None
+    run = runs[0]
+    if run.controller_jobs or run.controller_pid:
+        return run
+    if run.slurm and run.attempt:  # stopped after its sbatch, before the job id was kept
+        found = slurm.find_submitted(controller_job_name(run), controller_job_comment(run), (), wait_s=10)
+        if found is not None:
+            return run.update(controller_jobs=[found])
+    return start_controller(run)
+
+
 def check_out_outputs(workspace: Path) -> None:
     """The workspace gets the outputs dvc.lock names from the shared cache (linked), so DVC finds
     up to date there what is up to date at submit; one not in the cache runs again."""
@@ -135,6 +167,29 @@ def check_run_name(name: str, root: Path, replace: bool) -> None:
         raise RunError(str(error)) from None
 
 
+def code_of_run(
+    root: Path,
+    run_id: str,
+    name: str,
+    profile: str,
+    snakemake_args: Sequence[str],
+    pipeline: ExpRunOptions | None,
+    sent: SentCode | None,
+) -> tuple[str, str, list[str]]:
+    """The run's code (commit, tree) and the earlier runs' outputs its workspace gets: the working
+    tree frozen, once the workflow is seen to load; or the commit sent from another machine (checked
+    there; this clone's files are the baseline's, and no earlier outputs of theirs apply)."""
+    if sent is not None:
+        return sent.commit, git(root, "rev-parse", "--verify", sent.commit + "^{tree}"), []
+    if pipeline is None:
+        check_workflow_loads(root, profile, snakemake_args)
+    else:  # read as the run will read it, changing nothing: one that cannot run fails here
+        dry_run(pipeline.overrides, root, pipeline.resources_file, pipeline.targets)
+    outputs = earlier_outputs(root)
+    commit, tree = freeze(root, f"snakedvc run {run_id} ({name}): the code as submitted", outputs)
+    return commit, tree, outputs
+
+
 def submit(
     profile: str,
     snakemake_args: Sequence[str] = (),
@@ -143,13 +198,19 @@ def submit(
     cwd: Path | str = ".",
     pipeline: ExpRunOptions | None = None,
     replace: bool = False,
+    sent: SentCode | None = None,
 ) -> Run:
     """Freeze the working tree, make the run's workspace and start its controller; returns the run.
     ``pipeline``: a DVC pipeline's run (`snakedvc exp run` in the workspace, with these -S,
-    --resources and targets); None: a Snakemake workflow's."""
+    --resources and targets); None: a Snakemake workflow's. ``sent``: code submitted from
+    another machine (`submit --remote` there): its frozen commit instead of this working tree, its
+    run id (a run of that id here already is the same submission, sent again: adopted), and the
+    experiment pushed to the remotes at the end."""
     root = repository_root(cwd)
-    baseline = head_commit(root)
-    run_id = new_run_id()
+    if sent is not None and (adopted := adopt(root, sent.run_id)) is not None:
+        return adopted
+    baseline = head_commit(root) if sent is None else git(root, "rev-parse", "--verify", sent.commit + "^")
+    run_id = new_run_id() if sent is None else sent.run_id
     name = validate_experiment_name(name) if name else run_id
     check_run_name(name, root, replace)
     folder = profile_dir(root, profile)
@@ -157,27 +218,14 @@ def submit(
     job = controller_settings(folder) if on_slurm else None  # bad settings fail here, before anything is made
     if on_slurm and not slurm.installed():
         raise RunError(f"profile {profile} submits to SLURM, but sbatch or squeue is not on PATH")
-    if pipeline is None:
-        check_workflow_loads(root, profile, snakemake_args)
-    else:  # read as the run will read it, changing nothing: one that cannot run fails here
-        dry_run(pipeline.overrides, root, pipeline.resources_file, pipeline.targets)
-    outputs = earlier_outputs(root)
-    commit, tree = freeze(root, f"snakedvc run {run_id} ({name}): the code as submitted", outputs)
+    commit, tree, outputs = code_of_run(root, run_id, name, profile, snakemake_args, pipeline, sent)
     git(root, "update-ref", RUN_REF_PREFIX + run_id, commit)
     ignore_kit_folder(root)
     run = Run(
-        id=run_id,
-        name=name,
-        root=str(root),
-        commit=commit,
-        baseline=baseline,
-        profile=profile,
-        snakemake_args=list(snakemake_args),
-        slurm=on_slurm,
-        created=time.time(),
-        exp_run_args=None if pipeline is None else pipeline.args(),
-        replace=replace,
-    )
+        id=run_id, name=name, root=str(root), commit=commit, baseline=baseline, profile=profile,
+        snakemake_args=list(snakemake_args), slurm=on_slurm, created=time.time(),
+        exp_run_args=None if pipeline is None else pipeline.args(), replace=replace,
+    )  # fmt: skip
     run.dir.mkdir(parents=True)
     try:
         make_workspace(root, run.workspace, baseline, tree, [*python_environments(root), *share], outputs)
@@ -186,6 +234,8 @@ def submit(
         paths = source_paths(root, run.workspace)
         if paths:
             run.environment = {"PYTHONPATH": os.pathsep.join(paths)}
+        if sent is not None:  # its results go home through the remotes (snakedvc pull --remote)
+            run.environment = {**run.environment, EXPERIMENT_PUSH_ENV: "1"}
         run.save()
         return start_controller(run, job)
     except BaseException:

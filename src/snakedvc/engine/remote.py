@@ -1,0 +1,356 @@
+"""Runs on a cluster reached over SSH, from a machine without SLURM (a laptop): `snakedvc remote add`,
+`submit --remote`, `runs/logs/cancel/resume --remote`, `pull --remote`.
+
+The user's own OpenSSH client does every trip, as git makes it (GIT_SSH_COMMAND or core.sshCommand
+where set): their ~/.ssh/config, agent, keys and known_hosts; ``BatchMode``, so no password prompt. A remote is a URL, ``ssh://[user@]host[:port]/root``;
+each project has a clone of its git repository under the root, ``<root>/<project>``, which the
+kit keeps: the submitted code reaches it by ``git push`` over SSH, and there the run starts as a
+local ``snakedvc submit`` starts it on that host (a workspace at the submitted code, the
+controller a SLURM job), so the laptop may disconnect. Commands reach the remote shell as one
+quoted argument list (``shlex.join``), never as text built from values.
+
+A submission is idempotent: its run id is chosen here, before anything is pushed, and kept in
+``.snakedvc/remote-submits/`` until the cluster confirms it; a retry (after SSH dropped) sends the
+same id, and the cluster adopts the run it already has instead of starting a second.
+
+Results come home through the remotes the project already has: the run pushes its data to the
+DVC remote at its end, and ``snakedvc pull --remote`` fetches the experiment's git refs from the
+cluster's clone over SSH, then its data from the DVC remote, so ``dvc exp show`` lists it and
+``dvc exp apply`` restores it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import subprocess
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+from urllib.parse import urlsplit
+
+from snakedvc.engine.runs.record import RunError, git
+
+# git config of the project (this clone only): [snakedvc-remote "NAME"] url = ..., snakedvc = ...
+SECTION = "snakedvc-remote"
+PENDING_DIR = Path(".snakedvc") / "remote-submits"
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
+# SSH's own failures (exit 255) are retried this many times; a remote command's exit is not.
+SSH_TRIES = 3
+
+
+class RemoteError(RunError):
+    """A remote cannot be named, reached or used; the message says which and what to do."""
+
+
+@dataclass(frozen=True)
+class Remote:
+    name: str
+    url: str
+    snakedvc: str = "snakedvc"  # the kit's command on the cluster (a path into its environment)
+
+    @property
+    def _parts(self) -> tuple[str, str, int | None, str]:
+        return parse_url(self.url)
+
+    @property
+    def destination(self) -> str:
+        user, host, _, _ = self._parts
+        return f"{user}@{host}" if user else host
+
+    @property
+    def port(self) -> int | None:
+        return self._parts[2]
+
+    @property
+    def root(self) -> str:
+        return self._parts[3]
+
+    def project_dir(self, project: str) -> str:
+        """``<root>/<project>``, a folder of the root and nothing above it."""
+        if not _NAME.match(project) or project in (".", ".."):
+            raise RemoteError(
+                f"project folder name {project!r} cannot be used on remote {self.name}: it must be letters, digits, "
+                "'.', '_' or '-' (rename the project's folder)"
+            )
+        return str(PurePosixPath(self.root) / project)
+
+    def git_url(self, project: str) -> str:
+        user, host, port, _ = self._parts
+        where = f"{user}@{host}" if user else host
+        return f"ssh://{where}{f':{port}' if port else ''}{_url_path(self.project_dir(project))}"
+
+
+def _url_path(path: str) -> str:
+    # git's ssh:// URLs: "/~/x" is relative to the login's home, "/x" absolute.
+    return "/" + path if path.startswith("~") else path
+
+
+def parse_url(url: str) -> tuple[str, str, int | None, str]:
+    """(user, host, port, root) of ``ssh://[user@]host[:port]/root``; a RemoteError says what is wrong."""
+    parts = urlsplit(url)
+    if parts.scheme != "ssh" or not parts.hostname:
+        raise RemoteError(
+            f"remote URL {url!r} is not ssh://[user@]host[:port]/path (e.g. ssh://me@login.example/~/runs)"
+        )
+    path = parts.path[1:] if parts.path.startswith("/~") else parts.path
+    if not path or path == "/" or ".." in PurePosixPath(path).parts:
+        raise RemoteError(
+            f"remote URL {url!r}: give the folder the kit keeps projects in, without '..' (e.g. /~/runs or /scratch/me/runs)"
+        )
+    try:
+        port = parts.port
+    except ValueError:
+        raise RemoteError(f"remote URL {url!r}: the port is not a number") from None
+    return parts.username or "", parts.hostname, port, path
+
+
+# --- naming remotes (git config of the project) ----------------------------------------------
+
+
+def add_remote(root: Path, name: str, url: str, snakedvc: str = "snakedvc") -> Remote:
+    if not _NAME.match(name):
+        raise RemoteError(f"remote name {name!r}: use letters, digits, '.', '_' or '-'")
+    remote = Remote(name, url, snakedvc)
+    remote.root  # noqa: B018 (checks the URL)
+    git(root, "config", "--local", f"{SECTION}.{name}.url", url)
+    git(root, "config", "--local", f"{SECTION}.{name}.snakedvc", snakedvc)
+    return remote
+
+
+def remove_remote(root: Path, name: str) -> None:
+    get_remote(root, name)
+    git(root, "config", "--local", "--remove-section", f"{SECTION}.{name}")
+
+
+def list_remotes(root: Path) -> list[Remote]:
+    proc = subprocess.run(
+        ["git", "config", "--local", "--get-regexp", rf"^{SECTION}\."], cwd=root, capture_output=True, text=True
+    )
+    found: dict[str, dict[str, str]] = {}
+    for line in proc.stdout.splitlines():
+        key, _, value = line.partition(" ")
+        name, _, field = key[len(SECTION) + 1 :].rpartition(".")  # a name may hold dots: the key's last part
+        found.setdefault(name, {})[field] = value
+    return [Remote(name, v["url"], v.get("snakedvc", "snakedvc")) for name, v in sorted(found.items()) if "url" in v]
+
+
+def get_remote(root: Path, name: str) -> Remote:
+    remotes = {remote.name: remote for remote in list_remotes(root)}
+    if name not in remotes:
+        known = ", ".join(remotes) or "none yet"
+        raise RemoteError(
+            f"no remote named {name!r} in this project (remotes: {known}): "
+            f"snakedvc remote add {name} ssh://USER@HOST/~/runs"
+        )
+    return remotes[name]
+
+
+# --- SSH -------------------------------------------------------------------------------------
+
+
+def ssh_command() -> list[str]:
+    """The SSH client as git uses it (GIT_SSH_COMMAND, else git's core.sshCommand, else ssh),
+    split into words (no shell), with BatchMode: a password prompt would hang a detached call."""
+    said = (
+        os.environ.get("GIT_SSH_COMMAND")
+        or subprocess.run(["git", "config", "core.sshCommand"], capture_output=True, text=True).stdout.strip()
+    )
+    return [*(shlex.split(said) if said else ["ssh"]), "-o", "BatchMode=yes"]
+
+
+def git_ssh_env() -> dict[str, str]:
+    """git's environment for the kit's pushes and fetches: the same SSH client, quoted for git's shell."""
+    return {**os.environ, "GIT_SSH_COMMAND": shlex.join(ssh_command())}
+
+
+def ssh_argv(remote: Remote, argv: Sequence[str]) -> list[str]:
+    """The ssh call that runs ``argv`` on the remote: the remote shell gets it quoted, word by word."""
+    command = ssh_command()
+    if remote.port:
+        command += ["-p", str(remote.port)]
+    return [*command, "--", remote.destination, shlex.join(argv)]
+
+
+def _ssh_failure(remote: Remote, stderr: str) -> RemoteError:
+    said = stderr.strip()
+    if "Host key verification failed" in said or "REMOTE HOST IDENTIFICATION HAS CHANGED" in said:
+        return RemoteError(
+            f"remote {remote.name}: the host key of {remote.destination} is unknown here or has changed, so nothing "
+            f"was sent. Check it with the cluster's admins, then `ssh {remote.destination}` once to add it to "
+            f"~/.ssh/known_hosts.\n{said}"
+        )
+    if "Permission denied" in said or "Too many authentication failures" in said:
+        return RemoteError(
+            f"remote {remote.name}: the login to {remote.destination} failed, so nothing was sent. The kit uses your "
+            f"SSH keys and agent without prompting: `ssh {remote.destination}` must log in without a password.\n{said}"
+        )
+    return RemoteError(f"remote {remote.name}: ssh to {remote.destination} failed (exit 255).\n{said}")
+
+
+def run_ssh(
+    remote: Remote, argv: Sequence[str], capture: bool = True, tries: int = SSH_TRIES
+) -> subprocess.CompletedProcess[str]:
+    """``argv`` on the remote; SSH's own failures (exit 255: no connection, dropped) are retried,
+    then a RemoteError naming them. The remote command's exit status is the caller's to read."""
+    for attempt in range(1, tries + 1):
+        proc = subprocess.run(
+            ssh_argv(remote, argv), capture_output=capture, text=True, stdin=subprocess.DEVNULL
+        )  # fmt: skip
+        if proc.returncode != 255:
+            return proc
+        error = _ssh_failure(remote, proc.stderr or "")
+        if "host key" in str(error) or "login" in str(error) or attempt == tries:
+            raise error
+        print(f"snakedvc: ssh to {remote.destination} failed; trying again ({attempt}/{tries})", file=sys.stderr)
+    raise AssertionError("unreachable")
+
+
+def check_login(remote: Remote) -> None:
+    """Before anything is pushed: the host is known and the login works (a RemoteError saying which)."""
+    run_ssh(remote, ["true"], tries=1)
+
+
+def run_kit(
+    remote: Remote, project: str, args: Sequence[str], capture: bool = False
+) -> subprocess.CompletedProcess[str]:
+    """`snakedvc ARGS` in the project's clone on the remote, its output shown here as it comes."""
+    return run_ssh(remote, [remote.snakedvc, "-C", remote.project_dir(project), *args], capture=capture)
+
+
+# --- submitting ------------------------------------------------------------------------------
+
+
+def project_name(root: Path) -> str:
+    return root.name
+
+
+def _pending_file(root: Path, remote: Remote) -> Path:
+    return root / PENDING_DIR / f"{remote.name}.json"
+
+
+def claim_run_id(
+    root: Path, remote: Remote, commit: str, tree: str, args: Sequence[str], new_id: str
+) -> tuple[str, str]:
+    """The run id and frozen commit of this submission: an unconfirmed earlier one of the same code
+    and arguments (SSH dropped before the cluster's answer came back) is the same submission, sent
+    again, with the commit it sent."""
+    pending = _pending_file(root, remote)
+    if pending.is_file():
+        earlier = json.loads(pending.read_text())
+        kept = subprocess.run(["git", "cat-file", "-e", f"{earlier.get('commit')}^{{commit}}"], cwd=root)
+        if earlier.get("tree") == tree and earlier.get("args") == list(args) and kept.returncode == 0:
+            print(f"snakedvc: sending run {earlier['run_id']} again (its submission was not confirmed)",
+                  file=sys.stderr)  # fmt: skip
+            return str(earlier["run_id"]), str(earlier["commit"])
+    pending.parent.mkdir(parents=True, exist_ok=True)
+    pending.write_text(json.dumps({"run_id": new_id, "commit": commit, "tree": tree, "args": list(args)}))
+    return new_id, commit
+
+
+def push_code(root: Path, remote: Remote, project: str, commit: str, baseline: str, run_id: str) -> None:
+    """The frozen commit (and its history) into the project's clone on the remote, made where
+    missing; the clone's working tree at the baseline, the commit the run's experiment hangs on."""
+    folder = remote.project_dir(project)
+    made = run_ssh(remote, ["git", "init", "-q", folder])
+    if made.returncode != 0:
+        raise RemoteError(f"remote {remote.name}: cannot make the project's clone {folder}: {made.stderr.strip()}")
+    proc = subprocess.run(
+        ["git", "push", "-q", "--no-verify", remote.git_url(project),
+         f"{commit}:refs/snakedvc/incoming/{run_id}", f"{baseline}:refs/snakedvc/baselines/{run_id}"],
+        cwd=root, capture_output=True, text=True, env=git_ssh_env(),
+    )  # fmt: skip
+    if proc.returncode != 0:
+        raise RemoteError(
+            f"remote {remote.name}: git push of the code to {remote.git_url(project)} failed:\n{proc.stderr}"
+        )
+    moved = run_ssh(remote, ["git", "-C", folder, "checkout", "-q", "--detach", baseline])
+    if moved.returncode != 0:
+        raise RemoteError(
+            f"remote {remote.name}: the clone {folder} cannot check out the baseline {baseline[:12]} "
+            f"(changed by hand there?):\n{moved.stderr.strip()}"
+        )
+    origin = subprocess.run(["git", "remote", "get-url", "origin"], cwd=root, capture_output=True, text=True)
+    if origin.returncode == 0:  # the cluster pushes the experiment's refs where the laptop's origin is
+        url = origin.stdout.strip()
+        run_ssh(remote, ["git", "-C", folder, "remote", "remove", "origin"])
+        run_ssh(remote, ["git", "-C", folder, "remote", "add", "origin", url])
+
+
+def submit_remote(root: Path, remote: Remote, submit_args: Sequence[str], run_id: str) -> str:
+    """Freeze the code, push it, start the run on the remote (`snakedvc submit --commit`); the run id."""
+    from snakedvc.engine.records import ignore_kit_folder
+    from snakedvc.engine.runs.workspace import earlier_outputs, freeze, head_commit
+
+    check_login(remote)
+    project = project_name(root)
+    remote.project_dir(project)
+    ignore_kit_folder(root)  # the pending submission's record is no code
+    baseline = head_commit(root)
+    commit, tree = freeze(root, f"snakedvc run for remote {remote.name}: the code as submitted", earlier_outputs(root))
+    run_id, commit = claim_run_id(root, remote, commit, tree, submit_args, run_id)
+    push_code(root, remote, project, commit, baseline, run_id)
+    started = run_kit(remote, project, ["submit", "--commit", commit, "--run-id", run_id, "--push", *submit_args])
+    if started.returncode != 0:
+        raise RemoteError(f"remote {remote.name}: snakedvc submit there failed (exit {started.returncode}); see above")
+    _pending_file(root, remote).unlink(missing_ok=True)
+    return run_id
+
+
+# --- results home ----------------------------------------------------------------------------
+
+
+def pull(root: Path, remote: Remote, names: Sequence[str] = ()) -> list[str]:
+    """The experiments of the project's clone on the remote (``names``, or every one whose
+    baseline this repository has) fetched here: their git refs over SSH, their data from the DVC
+    remote. Returns their names."""
+    project = project_name(root)
+    url = remote.git_url(project)
+    env = git_ssh_env()
+    listed = subprocess.run(["git", "ls-remote", url, "refs/exps/*"], cwd=root, capture_output=True, text=True, env=env)
+    if listed.returncode != 0:
+        raise RemoteError(f"remote {remote.name}: cannot list the experiments of {url}:\n{listed.stderr.strip()}")
+    refs = {}
+    for line in listed.stdout.splitlines():
+        rev, ref = line.split("\t")
+        parts = ref.split("/")
+        if len(parts) == 5 and len(parts[2]) == 2 and len(parts[3]) == 38:  # refs/exps/<2>/<38>/<name>
+            known = subprocess.run(["git", "cat-file", "-e", parts[2] + parts[3]], cwd=root, capture_output=True)
+            if (parts[4] in names or not names) and known.returncode == 0:
+                refs[ref] = (parts[4], rev)
+    missing = [name for name in names if name not in {n for n, _ in refs.values()}]
+    if missing:
+        raise RemoteError(
+            f"remote {remote.name}: no experiment {', '.join(missing)} on a commit this repository has "
+            f"(`snakedvc runs --remote {remote.name}` shows the runs; a run still going has none yet)"
+        )
+    if not refs:
+        return []
+    fetched = subprocess.run(
+        ["git", "fetch", "-q", url, *[f"+{ref}:{ref}" for ref in refs]], cwd=root, capture_output=True, text=True,
+        env=env,
+    )  # fmt: skip
+    if fetched.returncode != 0:
+        raise RemoteError(f"remote {remote.name}: git fetch of the experiments failed:\n{fetched.stderr.strip()}")
+    _fetch_data(root, [rev for _, rev in refs.values()])
+    return sorted({name for name, _ in refs.values()})
+
+
+def _fetch_data(root: Path, revs: Sequence[str]) -> None:
+    """The experiments' data from the DVC remote into this cache (so `dvc exp apply` restores it)."""
+    from dvc.exceptions import DvcException
+    from dvc.repo import Repo
+
+    from snakedvc.engine.tracking import repo_lock
+
+    try:
+        with repo_lock(root), Repo(str(root)) as repo:
+            repo.fetch(revs=list(revs), workspace=False)
+    except DvcException as error:
+        raise RemoteError(
+            f"the experiments' refs are here, but their data could not be fetched from the DVC remote: {error} "
+            "(`dvc remote list`; the run pushes its data there when it ends)"
+        ) from None

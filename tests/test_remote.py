@@ -1,0 +1,244 @@
+"""From a laptop to the cluster over SSH (issue 45): a real OpenSSH server on 127.0.0.1 (tests/sshd.py),
+a "laptop" project whose PATH has no SLURM command, the cluster side in a folder of its own."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import git, without_slurm
+from tests.sshd import SshServer, keygen, laptop_env, start_sshd
+from tests.waiting import wait_until
+
+pytestmark = pytest.mark.slow
+
+BIN = Path(sys.executable).parent
+
+PIPELINE = """\
+stages:
+  prepare:
+    cmd: echo ${n} > data.txt
+    params: [n]
+    outs: [data.txt]
+  train:
+    cmd: >-
+      cat data.txt > model.txt && echo ${lr} >> model.txt && echo '{"score": ${lr}}' > metrics.json
+    deps: [data.txt]
+    params: [lr]
+    outs: [model.txt]
+    metrics: [{metrics.json: {cache: false}}]
+"""
+
+
+@pytest.fixture(scope="module")
+def sshd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SshServer]:
+    server, proc = start_sshd(tmp_path_factory.mktemp("sshd"))
+    yield server
+    proc.terminate()
+    proc.wait(timeout=10)
+
+
+def run(cwd: Path, env: dict[str, str], *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    proc = subprocess.run(args, cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
+    if check and proc.returncode != 0:
+        raise AssertionError(
+            f"{' '.join(args)} failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+        )
+    return proc
+
+
+def laptop_project(tmp_path: Path, env: dict[str, str]) -> Path:
+    """A git + DVC project with a directory DVC remote, reproduced and pushed; no git origin."""
+    project = tmp_path / "laptop" / "solubility"
+    project.mkdir(parents=True)
+    (project / "params.yaml").write_text("n: 1\nlr: 0.1\n")
+    (project / "dvc.yaml").write_text(PIPELINE)
+    git(project, "init", "-q", "-b", "main")
+    run(project, env, str(BIN / "dvc"), "init", "-q")
+    run(project, env, str(BIN / "dvc"), "remote", "add", "-d", "store", str(tmp_path / "dvc-store"))
+    run(project, env, str(BIN / "dvc"), "repro")
+    run(project, env, str(BIN / "dvc"), "push", "-q")
+    git(project, "add", "-A")
+    run(project, env, "git", "commit", "-q", "-m", "a DVC pipeline, reproduced and pushed")
+    return project
+
+
+def experiment(repo: Path, env: dict[str, str], name: str) -> dict:
+    shown = json.loads(run(repo, env, str(BIN / "dvc"), "exp", "show", "--json").stdout)
+    for baseline in shown:
+        for exp in baseline.get("experiments") or []:
+            for rev in exp["revs"]:
+                if rev["name"] == name:
+                    return {"params": rev["data"]["params"], "metrics": rev["data"]["metrics"]}
+    raise AssertionError(f"no experiment {name} in dvc exp show: {shown}")
+
+
+def test_a_dvc_pipeline_submitted_from_a_laptop_runs_on_the_cluster_and_comes_home(
+    tmp_path: Path, sshd: SshServer
+) -> None:
+    laptop = laptop_env(sshd.laptop_home(tmp_path / "home"), f"{BIN}:{without_slurm(tmp_path)['PATH']}")
+    assert shutil.which("sbatch", path=laptop["PATH"]) is None
+    project = laptop_project(tmp_path, laptop)
+    cluster_root = tmp_path / "cluster" / "runs"
+    kit = [str(BIN / "snakedvc")]
+    run(
+        project,
+        laptop,
+        *kit,
+        "remote",
+        "add",
+        "hpc",
+        f"ssh://cluster{cluster_root}",
+        "--snakedvc",
+        str(BIN / "snakedvc"),
+    )
+    # Uncommitted, as a person submits: the code as it is now is what runs.
+    (project / "params.yaml").write_text("n: 1\nlr: 0.1\n# tried on the cluster\n")
+    submitted = run(project, laptop, *kit, "submit", "--remote", "hpc", "-S", "lr=0.5", "--name", "from-laptop")
+    assert "you may disconnect" in submitted.stderr, submitted.stderr
+
+    def listed() -> list[dict]:
+        return json.loads(run(project, laptop, *kit, "runs", "--remote", "hpc", "--json").stdout)
+
+    wait_until(lambda: [r["state"] for r in listed()] in (["done"], ["failed"]), timeout=300, what="the remote run")
+    (remote_run,) = listed()
+    assert remote_run["state"] == "done", run(project, laptop, *kit, "logs", "--remote", "hpc", remote_run["id"]).stdout
+    assert run(project, laptop, *kit, "pull", "--remote", "hpc", "from-laptop").stdout.split() == ["from-laptop"]
+
+    # The same run made on the cluster directly, in a clone there.
+    direct = tmp_path / "cluster" / "direct"
+    git(tmp_path, "clone", "-q", str(project), str(direct))
+    run(direct, laptop, *kit, "exp", "run", "--pull", "-S", "lr=0.5", "-n", "direct")
+    assert experiment(project, laptop, "from-laptop") == experiment(direct, laptop, "direct")
+    assert experiment(project, laptop, "from-laptop")["params"]["params.yaml"]["data"]["lr"] == 0.5
+    (project / "model.txt").unlink()
+    run(project, laptop, str(BIN / "dvc"), "exp", "apply", "from-laptop")
+    assert (project / "model.txt").read_bytes() == (direct / "model.txt").read_bytes() == b"1\n0.5\n"
+
+
+def test_a_wrong_host_key_a_failed_login_or_a_path_outside_the_root_is_named_and_sends_nothing(
+    tmp_path: Path, sshd: SshServer
+) -> None:
+    path = f"{BIN}:{without_slurm(tmp_path)['PATH']}"
+    kit = [str(BIN / "snakedvc")]
+    cluster_root = tmp_path / "cluster" / "runs"
+    url = f"ssh://cluster{cluster_root}"
+    cases = {
+        "host key": sshd.laptop_home(tmp_path / "home-wrong-key", known_host_key=keygen(tmp_path / "another_host_key")),
+        "login to": sshd.laptop_home(tmp_path / "home-wrong-login", key=keygen(tmp_path / "unknown_client_key")),
+    }
+    for words, home in cases.items():
+        laptop = laptop_env(home, path)
+        project = laptop_project(tmp_path / home.name, laptop)
+        added = run(
+            project, laptop, *kit, "remote", "add", "hpc", url, "--snakedvc", str(BIN / "snakedvc"), check=False
+        )
+        assert added.returncode == 1 and words in added.stderr and "nothing was sent" in added.stderr, added.stderr
+        submitted = run(project, laptop, *kit, "submit", "--remote", "hpc", check=False)
+        assert submitted.returncode == 1 and words in submitted.stderr, submitted.stderr
+        assert not cluster_root.exists()  # nothing pushed, nothing started
+    laptop = laptop_env(sshd.laptop_home(tmp_path / "home"), path)
+    project = laptop_project(tmp_path / "ok", laptop)
+    outside = run(project, laptop, *kit, "remote", "add", "up", "ssh://cluster/tmp/../etc", check=False)
+    assert outside.returncode == 1 and "without '..'" in outside.stderr, outside.stderr
+    unknown = run(project, laptop, *kit, "runs", "--remote", "nowhere", check=False)
+    assert unknown.returncode == 1 and "snakedvc remote add nowhere" in unknown.stderr, unknown.stderr
+
+
+def test_a_submission_cut_off_midway_and_sent_again_is_one_run(tmp_path: Path, sshd: SshServer) -> None:
+    """The laptop's submit killed (its ssh with it) once the cluster has begun making the run: the
+    same command again sends the same run id, and the cluster adopts the run it has, or finishes
+    the half-made one: one run, one experiment."""
+    laptop = laptop_env(sshd.laptop_home(tmp_path / "home"), f"{BIN}:{without_slurm(tmp_path)['PATH']}")
+    project = laptop_project(tmp_path, laptop)
+    cluster_root = tmp_path / "cluster" / "runs"
+    kit = [str(BIN / "snakedvc")]
+    run(
+        project,
+        laptop,
+        *kit,
+        "remote",
+        "add",
+        "hpc",
+        f"ssh://cluster{cluster_root}",
+        "--snakedvc",
+        str(BIN / "snakedvc"),
+    )
+    command = [*kit, "submit", "--remote", "hpc", "-S", "lr=0.3", "--name", "cut"]
+    first = subprocess.Popen(command, cwd=project, env=laptop, start_new_session=True,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)  # fmt: skip
+    runs_dir = cluster_root / project.name / ".snakedvc" / "runs"
+    try:
+        wait_until(
+            lambda: runs_dir.is_dir() and any(runs_dir.iterdir()), timeout=60, what="the run begun on the cluster"
+        )
+        os.killpg(first.pid, signal.SIGKILL)  # the laptop's kit and its ssh: the connection drops
+    finally:
+        first.wait(timeout=30)
+    assert first.returncode == -signal.SIGKILL
+    assert (project / ".snakedvc" / "remote-submits" / "hpc.json").is_file()  # not confirmed
+    again = run(project, laptop, *command)
+    assert "sending run" in again.stderr and "again" in again.stderr, again.stderr
+
+    def listed() -> list[dict]:
+        return json.loads(run(project, laptop, *kit, "runs", "--remote", "hpc", "--json").stdout)
+
+    wait_until(lambda: all(r["state"] in ("done", "failed") for r in listed()), timeout=300, what="the remote run")
+    assert [(r["name"], r["state"]) for r in listed()] == [("cut", "done")]
+    assert not (project / ".snakedvc" / "remote-submits" / "hpc.json").exists()
+    assert run(project, laptop, *kit, "pull", "--remote", "hpc").stdout.split() == ["cut"]
+
+
+@pytest.mark.slurm
+def test_a_snakefile_workflow_submitted_from_a_laptop_runs_on_slurm_and_comes_home(
+    tmp_path: Path, sshd: SshServer, slurm_cluster: None
+) -> None:
+    """The tutorial's project, submitted from the laptop with the SLURM profile: on the cluster the
+    controller is a SLURM job and so is each step; the experiment comes home with what the same
+    run made on the cluster directly, and `dvc exp apply` restores the model's bytes."""
+    from tests.test_tutorial import PREPARE, TRAIN, tutorial_blocks
+
+    laptop = laptop_env(sshd.laptop_home(tmp_path / "home"), f"{BIN}:{without_slurm(tmp_path)['PATH']}")
+    project = tmp_path / "laptop" / "classifier"
+    project.mkdir(parents=True)
+    git(project, "init", "-q", "-b", "main")
+    (project / "prepare.py").write_text(PREPARE)
+    (project / "train.py").write_text(TRAIN)
+    run(project, laptop, "git", "add", "-A")
+    run(project, laptop, "git", "commit", "-q", "-m", "my classifier")
+    run(project, laptop, str(BIN / "snakedvc"), "init")
+    blocks = tutorial_blocks()
+    for name in ("config.yaml", "Snakefile"):
+        (project / name).write_text(blocks[name])
+    run(project, laptop, str(BIN / "dvc"), "remote", "add", "-d", "store", str(tmp_path / "dvc-store"))
+    run(project, laptop, "git", "add", "-A")
+    run(project, laptop, "git", "commit", "-q", "-m", "snakedvc")
+    kit = [str(BIN / "snakedvc")]
+    run(project, laptop, *kit, "remote", "add", "hpc", f"ssh://cluster{tmp_path / 'cluster'}", "--snakedvc", kit[0])
+    run(project, laptop, *kit, "submit", "--remote", "hpc", "--profile", "profiles/slurm", "--name", "tut",
+        "--", "--config", "train={lr: 0.05}")  # fmt: skip
+
+    def listed() -> list[dict]:
+        return json.loads(run(project, laptop, *kit, "runs", "--remote", "hpc", "--json").stdout)
+
+    wait_until(lambda: listed()[0]["state"] in ("done", "failed"), timeout=600, what="the remote run")
+    (remote_run,) = listed()
+    assert remote_run["state"] == "done", run(project, laptop, *kit, "logs", "--remote", "hpc", "tut").stdout
+    assert remote_run["controller"].isdigit()  # a SLURM job id
+    assert run(project, laptop, *kit, "pull", "--remote", "hpc").stdout.split() == ["tut"]
+
+    direct = tmp_path / "direct"
+    git(tmp_path, "clone", "-q", str(project), str(direct))
+    run(direct, {**laptop, "PATH": f"{BIN}:/usr/bin:/bin"}, str(BIN / "snakemake"), "--profile", "profiles/local",
+        "--config", "train={lr: 0.05}", "snakedvc={experiment: {name: direct}}")  # fmt: skip
+    assert experiment(project, laptop, "tut") == experiment(direct, laptop, "direct")
+    run(project, laptop, str(BIN / "dvc"), "exp", "apply", "tut")
+    assert (project / "results/model.pt").read_bytes() == (direct / "results/model.pt").read_bytes()
