@@ -123,6 +123,13 @@ def test_a_dvc_pipeline_submitted_from_a_laptop_runs_on_the_cluster_and_comes_ho
     run(project, laptop, str(BIN / "dvc"), "exp", "apply", "from-laptop")
     assert (project / "model.txt").read_bytes() == (direct / "model.txt").read_bytes() == b"1\n0.5\n"
 
+    # `exp run --remote`: the same trip, in dvc exp run's words.
+    run(project, laptop, *kit, "exp", "run", "--remote", "hpc", "-S", "lr=0.7", "-n", "second")
+    wait_until(lambda: all(r["state"] in ("done", "failed") for r in listed()), timeout=300, what="the second run")
+    assert [r["state"] for r in listed()] == ["done", "done"]
+    assert run(project, laptop, *kit, "pull", "--remote", "hpc", "second").stdout.split() == ["second"]
+    assert experiment(project, laptop, "second")["params"]["params.yaml"]["data"]["lr"] == 0.7
+
 
 def test_a_wrong_host_key_a_failed_login_or_a_path_outside_the_root_is_named_and_sends_nothing(
     tmp_path: Path, sshd: SshServer

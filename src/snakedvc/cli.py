@@ -69,6 +69,12 @@ def cmd_exp_run(args: argparse.Namespace) -> None:
     from snakedvc.engine.dvcpipeline import Missing, dry_run, exp_run
 
     missing = Missing(pull=args.pull, allow=args.allow_missing)
+    if args.remote:  # a detached run there: what `snakedvc submit --remote` sends for a dvc.yaml
+        if args.dry or args.force:
+            raise ValueError("--remote runs the pipeline detached on the cluster: without --dry and -f "
+                             "(there: snakedvc submit --replace replaces an experiment of the name)")  # fmt: skip
+        sent = argparse.Namespace(**{**vars(args), "target": args.targets, "share": [], "replace": False})
+        return _submit_remote(sent, list(args.snakemake_args))
     if args.dry:
         plan = dry_run(
             args.set_param, resources_file=args.resources, targets=args.targets, force=args.force, missing=missing
@@ -474,6 +480,8 @@ def _add_exp_run(step: Step) -> None:
     p.add_argument("--resources", metavar="FILE",
                    help="the stages' resources (default: snakedvc.yaml beside dvc.yaml, if there is one)")  # fmt: skip
     _add_missing_data_options(p)
+    p.add_argument("--remote", metavar="NAME",
+                   help="run it on that cluster over SSH, detached (snakedvc submit --remote): prints the run id")  # fmt: skip
     p.add_argument(
         "targets", nargs="*", metavar="TARGETS", help="stages to run, with the ones they need (default: all)"
     )
