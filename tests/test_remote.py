@@ -249,3 +249,72 @@ def test_a_snakefile_workflow_submitted_from_a_laptop_runs_on_slurm_and_comes_ho
     assert experiment(project, laptop, "tut") == experiment(direct, laptop, "direct")
     run(project, laptop, str(BIN / "dvc"), "exp", "apply", "tut")
     assert (project / "results/model.pt").read_bytes() == (direct / "results/model.pt").read_bytes()
+
+
+SLOW = """\
+stages:
+  slow:
+    cmd: sleep 300 && echo done > out.txt
+    outs: [out.txt]
+"""
+
+
+def test_a_remote_run_is_watched_and_cancelled_from_the_laptop(tmp_path: Path, sshd: SshServer) -> None:
+    """runs, logs, cancel and resume --remote show and do on the cluster what they do there; the
+    laptop may go away after the submit (its command has returned: the run goes on without it)."""
+    laptop = laptop_env(sshd.laptop_home(tmp_path / "home"), f"{BIN}:{without_slurm(tmp_path)['PATH']}")
+    project = tmp_path / "laptop" / "slow"
+    project.mkdir(parents=True)
+    (project / "dvc.yaml").write_text(SLOW)
+    git(project, "init", "-q", "-b", "main")
+    run(project, laptop, str(BIN / "dvc"), "init", "-q")
+    git(project, "add", "-A")
+    run(project, laptop, "git", "commit", "-q", "-m", "a slow stage")
+    kit = [str(BIN / "snakedvc")]
+    run(project, laptop, *kit, "remote", "add", "hpc", f"ssh://cluster{tmp_path / 'cluster'}", "--snakedvc", kit[0])
+    run(project, laptop, *kit, "submit", "--remote", "hpc", "--name", "slow")
+
+    def state() -> str:
+        (listed,) = json.loads(run(project, laptop, *kit, "runs", "--remote", "hpc", "--json").stdout)
+        return str(listed["state"])
+
+    wait_until(lambda: state() == "running", timeout=120, what="the remote run running")
+    assert "slow" in run(project, laptop, *kit, "runs", "--remote", "hpc").stdout
+    assert "(slow), attempt 1" in run(project, laptop, *kit, "logs", "--remote", "hpc", "slow").stdout
+    cancelled = run(project, laptop, *kit, "cancel", "--remote", "hpc", "slow")
+    assert "cancelled run" in cancelled.stdout, cancelled.stdout
+    wait_until(lambda: state() == "cancelled", timeout=120, what="the remote run cancelled")
+    assert "resumed run" in run(project, laptop, *kit, "resume", "--remote", "hpc", "slow").stdout
+    wait_until(lambda: state() == "running", timeout=120, what="the remote run running again")
+    run(project, laptop, *kit, "cancel", "--remote", "hpc", "slow")
+    wait_until(lambda: state() == "cancelled", timeout=120, what="the remote run cancelled again")
+    sleeping = subprocess.run(["pgrep", "-f", "sleep 300 && echo done"], capture_output=True, text=True).stdout
+    assert sleeping.split() == [], sleeping  # nothing of the run is left on the cluster
+
+
+def test_with_a_git_origin_the_run_pushes_its_experiment_there_for_plain_dvc_exp_pull(
+    tmp_path: Path, sshd: SshServer
+) -> None:
+    """A project with a git origin: the cluster's clone gets it, and the run's end pushes the
+    experiment there (dvc exp push) and its data to the DVC remote; the laptop's own `dvc exp pull
+    origin NAME` then brings it, no kit command needed."""
+    laptop = laptop_env(sshd.laptop_home(tmp_path / "home"), f"{BIN}:{without_slurm(tmp_path)['PATH']}")
+    project = laptop_project(tmp_path, laptop)
+    origin = tmp_path / "origin.git"
+    git(tmp_path, "init", "-q", "--bare", str(origin))
+    git(project, "remote", "add", "origin", str(origin))
+    run(project, laptop, "git", "push", "-q", "origin", "main")
+    kit = [str(BIN / "snakedvc")]
+    run(project, laptop, *kit, "remote", "add", "hpc", f"ssh://cluster{tmp_path / 'cluster'}", "--snakedvc", kit[0])
+    run(project, laptop, *kit, "submit", "--remote", "hpc", "-S", "lr=0.9", "--name", "via-origin")
+
+    def states() -> list[str]:
+        return [r["state"] for r in json.loads(run(project, laptop, *kit, "runs", "--remote", "hpc", "--json").stdout)]
+
+    wait_until(lambda: states() in (["done"], ["failed"]), timeout=300, what="the remote run")
+    assert states() == ["done"]
+    run(project, laptop, str(BIN / "dvc"), "exp", "pull", "origin", "via-origin")
+    assert experiment(project, laptop, "via-origin")["params"]["params.yaml"]["data"]["lr"] == 0.9
+    (project / "model.txt").unlink()
+    run(project, laptop, str(BIN / "dvc"), "exp", "apply", "via-origin")
+    assert (project / "model.txt").read_bytes() == b"1\n0.9\n"
