@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import git, without_slurm
+from tests.conftest import accounted_jobs, git, without_slurm
 from tests.sshd import SshServer, keygen, laptop_env, start_sshd
 from tests.waiting import wait_until
 
@@ -160,10 +160,15 @@ def test_a_wrong_host_key_a_failed_login_or_a_path_outside_the_root_is_named_and
     assert unknown.returncode == 1 and "snakedvc remote add nowhere" in unknown.stderr, unknown.stderr
 
 
-def test_a_submission_cut_off_midway_and_sent_again_is_one_run(tmp_path: Path, sshd: SshServer) -> None:
+@pytest.mark.parametrize("profile", ["local", pytest.param("slurm", marks=pytest.mark.slurm)])
+def test_a_submission_cut_off_midway_and_sent_again_is_one_run(
+    tmp_path: Path, sshd: SshServer, profile: str, request: pytest.FixtureRequest
+) -> None:
     """The laptop's submit killed (its ssh with it) once the cluster has begun making the run: the
     same command again sends the same run id, and the cluster adopts the run it has, or finishes
-    the half-made one: one run, one experiment."""
+    the half-made one: one run, one experiment; under SLURM, one controller job."""
+    if profile == "slurm":
+        request.getfixturevalue("slurm_cluster")
     laptop = laptop_env(sshd.laptop_home(tmp_path / "home"), f"{BIN}:{without_slurm(tmp_path)['PATH']}")
     project = laptop_project(tmp_path, laptop)
     cluster_root = tmp_path / "cluster" / "runs"
@@ -179,7 +184,7 @@ def test_a_submission_cut_off_midway_and_sent_again_is_one_run(tmp_path: Path, s
         "--snakedvc",
         str(BIN / "snakedvc"),
     )
-    command = [*kit, "submit", "--remote", "hpc", "-S", "lr=0.3", "--name", "cut"]
+    command = [*kit, "submit", "--remote", "hpc", "--profile", profile, "-S", "lr=0.3", "--name", "cut"]
     first = subprocess.Popen(command, cwd=project, env=laptop, start_new_session=True,
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE)  # fmt: skip
     runs_dir = cluster_root / project.name / ".snakedvc" / "runs"
@@ -202,6 +207,10 @@ def test_a_submission_cut_off_midway_and_sent_again_is_one_run(tmp_path: Path, s
     assert [(r["name"], r["state"]) for r in listed()] == [("cut", "done")]
     assert not (project / ".snakedvc" / "remote-submits" / "hpc.json").exists()
     assert run(project, laptop, *kit, "pull", "--remote", "hpc").stdout.split() == ["cut"]
+    if profile == "slurm":
+        workspace = runs_dir / listed()[0]["id"] / "workspace"
+        controllers = [job for job in accounted_jobs(workspace) if job["name"] == "snakedvc-cut"]
+        assert len(controllers) == 1, controllers
 
 
 @pytest.mark.slurm
