@@ -268,7 +268,10 @@ stages:
 """
 
 
-def test_a_remote_run_is_watched_and_cancelled_from_the_laptop(tmp_path: Path, sshd: SshServer) -> None:
+@pytest.mark.slurm  # cancel asks SLURM there for the run's jobs: not beside a test that stalls slurmctld
+def test_a_remote_run_is_watched_and_cancelled_from_the_laptop(
+    tmp_path: Path, sshd: SshServer, slurm_cluster: None
+) -> None:
     """runs, logs, cancel and resume --remote show and do on the cluster what they do there; the
     laptop may go away after the submit (its command has returned: the run goes on without it)."""
     laptop = laptop_env(sshd.laptop_home(tmp_path / "home"), f"{BIN}:{without_slurm(tmp_path)['PATH']}")

@@ -390,7 +390,9 @@ def trim_experiment(name: str, keep: Sequence[str], records: Sequence[str], root
     # git names files from the repository's top; keep and records are the run's folder's.
     prefix = git_prefix(root)
     keep, records = [prefix + p for p in keep], [prefix + p for p in records]
-    scratch_dir = [prefix + ".dvc/tmp"]
+    # DVC's scratch folder is its repository's (the top of git, or the folder of a DVC subrepo),
+    # wherever in it the run's folder lies.
+    scratch_dir = [git_prefix(dvc_root(root) or root) + ".dvc/tmp"]
     root = _git(root, "rev-parse", "--show-toplevel")  # the paths below are the top's
     listed = _git(root, "ls-tree", "-r", "-z", "--name-only", old).split("\0")
     dropped = [
