@@ -123,3 +123,34 @@ def test_a_lost_controller_is_replaced_and_training_resumes_bit_identically(slur
     same = repo / ".snakedvc/runs" / reference / "workspace/results/model/model.pt"
     assert md5(workspace / "results/model/model.pt") == md5(same)
     assert {"uninterrupted", "interrupted"} <= set(dvc_experiments(repo))
+
+
+SLOW_LOCAL_RULE = """\
+rule all:
+    input: "slow.txt"
+
+rule slow:  # as a tracking step waiting its turn for the DVC lock: local, and long quiet
+    output: "slow.txt"
+    localrule: True
+    shell: "sleep 36 && echo done > {output}"
+"""
+
+
+def test_a_cancel_lets_a_local_rule_finish_that_outlasts_the_quiet_time(slurm_cluster, tmp_path: Path) -> None:
+    """A cancelled SLURM run's controller says which local rules it is letting finish, so the cancel
+    (which stops everything after 30 s without a line in the log) does not kill a tracking step
+    that waits longer than that for the lock: no "Error in rule", the step's output whole."""
+    project = tmp_path / "slow"
+    (project / "workflow").mkdir(parents=True)
+    (project / "workflow" / "Snakefile").write_text(SLOW_LOCAL_RULE)
+    git(project, "init", "-q", "-b", "main")
+    snakedvc(project, "init")
+    git(project, "add", "-A")
+    git(project, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "a slow local rule")
+    run_id = submit(project, "--name", "slow", *SLURM)
+    wait_for_log(project, run_id, "Shell command: sleep 36")
+    assert "cancelled run" in snakedvc(project, "cancel", run_id, timeout=300).stdout
+    said = run_log(project, run_id)
+    assert "local steps still running, let finish" in said and "Error in rule" not in said, said[-3000:]
+    assert (project / ".snakedvc/runs" / run_id / "workspace/slow.txt").read_text() == "done\n"
+    assert runs(project)[run_id]["state"] == "cancelled"

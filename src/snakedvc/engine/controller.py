@@ -39,6 +39,10 @@ EXPERIMENTS_FILE = "experiments.txt"
 # How long a new controller waits for the previous one's jobs to go (SLURM's KillWait is 30 s
 # by default; a training job writes its checkpoint within it).
 LEFTOVER_WAIT_S = 300
+# While a cancelled SLURM run's Snakemake lets its local rules (tracking) finish, the controller
+# says so this often: `snakedvc cancel` stops everything only once the log has been quiet for longer
+# (control.CANCEL_QUIET_S), so steps that wait their turn for the DVC lock are not killed.
+CANCEL_HEARTBEAT_S = 10.0
 
 
 def say(message: str) -> None:
@@ -81,7 +85,7 @@ class Controller:
         say("running: " + " ".join(command))
         start = run.log.stat().st_size if run.log.is_file() else 0
         self.snakemake = subprocess.Popen(command, cwd=run.workspace, env=env)
-        code = self.snakemake.wait()
+        code = self._wait_for_snakemake()
         say(f"snakemake exited with {code}")
         if self.lost:
             return code or 1  # the successor (if any) records the outcome
@@ -97,6 +101,20 @@ class Controller:
             note = ("nothing to be done: every output was already up to date for this code and config; "
                     "no job ran and no new experiment was saved (the results are those of earlier runs)")  # fmt: skip
         return self._finish("done", code, note=note)
+
+    def _wait_for_snakemake(self) -> int:
+        assert self.snakemake is not None
+        while True:
+            try:
+                return self.snakemake.wait(timeout=CANCEL_HEARTBEAT_S)
+            except subprocess.TimeoutExpired:
+                # Under SLURM, what runs below Snakemake here is its local rules (tracking): let
+                # them finish. A local run's steps (training too) are stopped with it instead.
+                if not self.run.slurm or self.lost or not (self.run.dir / CANCEL_MARKER).exists():
+                    continue
+                steps = running_descendants(self.snakemake.pid)
+                if steps:  # a Snakemake with nothing running stays quiet: cancel then stops it
+                    say("cancelling: local steps still running, let finish: " + "; ".join(steps)[:300])
 
     def _finish(self, state: str, code: int | None, note: str = "", reason: dict[str, Any] | None = None) -> int:
         experiments_file = self.run.dir / EXPERIMENTS_FILE
@@ -209,6 +227,31 @@ class Controller:
         # end it now, so the successor (which waits for this job to end) takes over sooner.
         if self.snakemake is not None and self.snakemake.poll() is None:
             self.snakemake.kill()
+
+
+def running_descendants(pid: int) -> list[str]:
+    """The command lines of the processes below ``pid`` (from /proc), a Snakemake among them left out."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:  # gone meanwhile
+            continue
+        parent = int(stat[stat.rindex(")") + 2 :].split()[1])  # after "(comm) state"
+        children.setdefault(parent, []).append(int(entry.name))
+    found, todo = [], list(children.get(pid, []))
+    while todo:
+        child = todo.pop()
+        todo += children.get(child, [])
+        try:
+            argv = (Path("/proc") / str(child) / "cmdline").read_bytes().decode(errors="replace").split("\0")
+        except OSError:
+            continue
+        if "snakemake" not in argv[1:3]:  # Snakemake itself (under `snakedvc exp run`) is no step
+            found.append(" ".join(argv).strip())
+    return found
 
 
 def main(run_dir: str) -> int:

@@ -77,7 +77,8 @@ def cancel(run: Run, quiet_s: float = CANCEL_QUIET_S, wait_s: float = CANCEL_WAI
         # and stops without an "Error in rule" block for each job that the cancel killed (as when
         # every process and job was signalled at once). Its local jobs (tracking) still finish, one
         # after another, which on a busy host takes longer than any fixed grace: everything is
-        # stopped only once the controller's log has been quiet for ``quiet_s`` (or after ``wait_s``).
+        # stopped only once the controller's log has been quiet for ``quiet_s`` (or after ``wait_s``);
+        # a SLURM run's controller says every 10 s which local rules are still running.
         told_controller = _tell_controller_to_cancel(run)
         started = time.monotonic()
         last_size, last_change = _log_size(run), started
