@@ -213,6 +213,42 @@ def test_a_submission_cut_off_midway_and_sent_again_is_one_run(
         assert len(controllers) == 1, controllers
 
 
+def test_a_submission_sent_again_while_its_first_try_still_runs_waits_for_it(tmp_path: Path) -> None:
+    """sshd does not stop a command whose client went away: the cluster-side submit of a run id
+    sent again waits while the first try of that id is still making the run (its lock held), then
+    adopts it; it never makes the same run beside it (CI once saw the second try's workspace
+    removed under the first)."""
+    import fcntl
+
+    env = {**os.environ, "PATH": f"{BIN}:{os.environ['PATH']}"}
+    project = laptop_project(tmp_path, env)
+    (project / "params.yaml").write_text("n: 1\nlr: 0.2\n")
+    run(project, env, "git", "commit", "-q", "-am", "the code as submitted")
+    sent = ["submit", "--commit", git(project, "rev-parse", "HEAD").strip(), "--run-id", "20260101-000000-beef"]
+    locks = project / ".snakedvc" / "sent"
+    locks.mkdir(parents=True)
+    with open(locks / "20260101-000000-beef.lock", "a") as first_try:
+        fcntl.flock(first_try, fcntl.LOCK_EX)
+        second = subprocess.Popen([str(BIN / "snakedvc"), *sent, "--name", "again"], cwd=project, env=env,
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+        try:
+            with pytest.raises(subprocess.TimeoutExpired):
+                second.wait(timeout=5)
+            assert not (project / ".snakedvc" / "runs" / "20260101-000000-beef").exists()
+        finally:
+            fcntl.flock(first_try, fcntl.LOCK_UN)
+        out, err = second.communicate(timeout=120)
+    assert second.returncode == 0, err
+    assert out.split()[0] == "20260101-000000-beef"
+    # Sent a third time once made: adopted, the same run, no second controller.
+    third = run(project, env, str(BIN / "snakedvc"), *sent, "--name", "again")
+    assert third.stdout.split()[0] == "20260101-000000-beef"
+    listed = json.loads(run(project, env, str(BIN / "snakedvc"), "runs", "--json").stdout)
+    assert [(r["id"], r["name"]) for r in listed] == [("20260101-000000-beef", "again")]
+    wait_until(lambda: json.loads(run(project, env, str(BIN / "snakedvc"), "runs", "--json").stdout)[0]["state"]
+               in ("done", "failed"), timeout=120, what="the run")  # fmt: skip
+
+
 @pytest.mark.slurm
 def test_a_snakefile_workflow_submitted_from_a_laptop_runs_on_slurm_and_comes_home(
     tmp_path: Path, sshd: SshServer, slurm_cluster: None

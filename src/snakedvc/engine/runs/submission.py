@@ -25,6 +25,7 @@ from snakedvc.engine.runs.workspace import (
     earlier_outputs,
     freeze,
     head_commit,
+    locked,
     make_workspace,
     profile_dir,
     profile_is_slurm,
@@ -110,6 +111,10 @@ def _quote(value: str) -> str:
 
 
 # --- submit ---------------------------------------------------------------------------------
+
+
+# Where a submission from another machine holds its run id's lock while it is made.
+SENT_LOCKS = Path(".snakedvc") / "sent"
 
 
 @dataclass(frozen=True)
@@ -207,8 +212,29 @@ def submit(
     run id (a run of that id here already is the same submission, sent again: adopted), and the
     experiment pushed to the remotes at the end."""
     root = repository_root(cwd)
-    if sent is not None and (adopted := adopt(root, sent.run_id)) is not None:
-        return adopted
+    if sent is None:
+        return _submit(root, profile, snakemake_args, name, share, pipeline, replace, None)
+    # The first try of a submission sent again can still be running here: sshd does not stop a
+    # command when its client's connection drops. One try of a run id at a time: the second
+    # waits for the first, then adopts what it made.
+    ignore_kit_folder(root)
+    (root / SENT_LOCKS).mkdir(parents=True, exist_ok=True)
+    with locked(root / SENT_LOCKS / f"{sent.run_id}.lock"):
+        if (adopted := adopt(root, sent.run_id)) is not None:
+            return adopted
+        return _submit(root, profile, snakemake_args, name, share, pipeline, replace, sent)
+
+
+def _submit(
+    root: Path,
+    profile: str,
+    snakemake_args: Sequence[str],
+    name: str,
+    share: Sequence[str],
+    pipeline: ExpRunOptions | None,
+    replace: bool,
+    sent: SentCode | None,
+) -> Run:
     baseline = head_commit(root) if sent is None else git(root, "rev-parse", "--verify", sent.commit + "^")
     run_id = new_run_id() if sent is None else sent.run_id
     name = validate_experiment_name(name) if name else run_id
