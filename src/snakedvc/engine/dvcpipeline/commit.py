@@ -15,7 +15,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +35,43 @@ def lock_keys(path: Path) -> set[str]:
     if not path.is_file():
         return set()
     return set((yaml.safe_load(path.read_text()) or {}).get("stages") or {})
+
+
+def reorder_lock_entries(path: Path, order: Callable[[list[str]], list[str]]) -> bool:
+    """dvc.lock's stage entries put in ``order`` (given the keys as they are) by moving their
+    lines as DVC wrote them: a parse and a dump of the whole file take seconds at a thousand stages.
+    False (nothing written) where the file is not the shape DVC writes: top-level keys, ``stages:``
+    last, each entry a key indented by two spaces with its lines below it."""
+    import yaml
+
+    lines = path.read_text().splitlines(keepends=True)
+    if "stages:\n" not in lines:
+        return False
+    start = lines.index("stages:\n") + 1
+    entries: list[tuple[str, list[str]]] = []
+    for line in lines[start:]:
+        if line.startswith("  ") and not line.startswith("   ") and line.rstrip().endswith(":"):
+            try:
+                (key,) = yaml.safe_load(line.strip()) or {}
+            except (yaml.YAMLError, ValueError, TypeError):
+                return False
+            entries.append((str(key), [line]))
+        elif entries and (line.startswith("   ") or not line.strip()):
+            entries[-1][1].append(line)
+        else:  # a top-level line after the entries, or an entry of another indentation
+            return False
+    keys = [key for key, _ in entries]
+    ordered = order(keys)
+    if ordered == keys:
+        return True
+    if sorted(ordered) != sorted(keys):
+        return False
+    by_key = dict(entries)
+    text = "".join(lines[:start]) + "".join(line for key in ordered for line in by_key[key])
+    partial = path.with_name(path.name + ".partial")
+    partial.write_text(text)
+    os.replace(partial, path)
+    return True
 
 
 class Bookkeeper:
@@ -87,16 +124,19 @@ class Bookkeeper:
         from dvc.utils.serialize import modify_yaml
 
         position = {self._stages[name].name: index for index, name in enumerate(self.plan.run)}
+
+        def order(keys: list[str], before: set[str]) -> list[str]:
+            new = sorted((k for k in keys if k not in before), key=lambda k: position.get(k, len(position)))
+            return [k for k in keys if k in before] + new
+
         with repo_lock(self.root):
             for path, before in self._keys_before.items():
-                if not path.is_file():
+                if not path.is_file() or reorder_lock_entries(path, lambda keys, b=before: order(keys, b)):
                     continue
-                with modify_yaml(str(path)) as data:
+                with modify_yaml(str(path)) as data:  # a file of another shape than DVC writes
                     entries = data.get("stages") or {}
                     keys = list(entries)
-                    ordered = [k for k in keys if k in before] + sorted(
-                        (k for k in keys if k not in before), key=lambda k: position.get(k, len(position))
-                    )
+                    ordered = order(keys, before)
                     if ordered != keys:
                         moved = [(key, entries[key]) for key in ordered]
                         entries.clear()
