@@ -13,6 +13,7 @@ stage whose job did not finish.
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import os
 from collections.abc import Callable, Iterator
@@ -131,7 +132,7 @@ class Bookkeeper:
 
         with repo_lock(self.root):
             for path, before in self._keys_before.items():
-                if not path.is_file() or reorder_lock_entries(path, lambda keys, b=before: order(keys, b)):
+                if not path.is_file() or reorder_lock_entries(path, functools.partial(order, before=before)):
                     continue
                 with modify_yaml(str(path)) as data:  # a file of another shape than DVC writes
                     entries = data.get("stages") or {}
