@@ -56,7 +56,7 @@ def cmd_stage_run(args: argparse.Namespace) -> None:
     layout = Layout(args.nodes, args.procs_per_node) if args.procs_per_node else None
     code = run_stage(
         args.stage, commands, args.wdir, args.remove, layout=layout, keep_thread_limits=args.keep_thread_limits,
-        decision=args.decision,
+        decision=args.decision, plan=args.plan,
     )  # fmt: skip
     raise SystemExit(code)
 
@@ -65,20 +65,44 @@ def cmd_stage_run(args: argparse.Namespace) -> None:
 EXP_ERROR_EXIT = 255
 
 
-def cmd_exp_run(args: argparse.Namespace) -> None:
-    from snakedvc.engine.dvcpipeline import Missing, dry_run, exp_run
+# dvc exp run's options the kit has no equivalent of yet, and why: refused with DVC's exit code.
+EXP_RUN_REFUSED = {
+    "interactive": "-i asks before each stage, and the kit's stages run side by side as jobs",
+    "queue": "--queue: DVC's experiment queue is not part of snakedvc exp run yet; run one "
+    "`snakedvc submit -S ...` per experiment (each a detached run, its stages SLURM jobs with --profile slurm)",
+    "run_all": "--run-all runs DVC's queue, which snakedvc exp run does not keep yet",
+    "jobs": "-j is the number of DVC queue workers, which snakedvc exp run does not keep yet",
+    "temp": "--temp: a run in a folder of its own is `snakedvc submit` (a workspace of its own per run)",
+    "copy_paths": "-C copies paths into --temp or --queue folders (snakedvc submit --share links them)",
+    "ignore_errors": "--ignore-errors: a failed stage fails the run (-k goes on with the stages that do not need it)",
+}
 
-    missing = Missing(pull=args.pull, allow=args.allow_missing)
+
+def cmd_exp_run(args: argparse.Namespace) -> None:
+    from snakedvc.engine.dvcpipeline import ExpRunOptions, dry_run, exp_run
+
+    for option, why in EXP_RUN_REFUSED.items():
+        if getattr(args, option):
+            raise ValueError(f"not supported by snakedvc exp run: {why}")
+    options = ExpRunOptions(
+        tuple(args.set_param), args.resources, tuple(args.targets), args.pull, args.allow_missing, args.recursive,
+        args.single_item, args.pipeline, args.all_pipelines, args.downstream, args.force_downstream,
+        args.keep_going, args.message or "", args.no_hydra, args.one_at_a_time,
+    )  # fmt: skip
     if args.remote:  # a detached run there: what `snakedvc submit --remote` sends for a dvc.yaml
-        if args.dry or args.force:
-            raise ValueError("--remote runs the pipeline detached on the cluster: without --dry and -f "
-                             "(there: snakedvc submit --replace replaces an experiment of the name)")  # fmt: skip
+        sent_options = ExpRunOptions(options.overrides, options.resources_file, options.targets, options.pull,
+                                     options.allow_missing)  # fmt: skip
+        if args.dry or args.force or options != sent_options:
+            raise ValueError("--remote runs the pipeline detached on the cluster: without --dry, -f and the stage "
+                             "selection options (there: snakedvc submit --replace replaces an experiment of the "
+                             "name)")  # fmt: skip
         sent = argparse.Namespace(**{**vars(args), "target": args.targets, "share": [], "replace": False})
         return _submit_remote(sent, list(args.snakemake_args))
     if args.dry:
         plan = dry_run(
-            args.set_param, resources_file=args.resources, targets=args.targets, force=args.force, missing=missing
-        )
+            options.overrides, resources_file=options.resources_file, targets=options.selection(), force=args.force,
+            missing=options.missing(),
+        )  # fmt: skip
         for name in plan.pulled:
             print(f"{name} (data missing here: pulled from the DVC remote, not run)")
         for name in plan.refresh:
@@ -92,10 +116,7 @@ def cmd_exp_run(args: argparse.Namespace) -> None:
         )
         return
 
-    saved = exp_run(
-        args.profile, args.set_param, args.name or "", args.snakemake_args, resources_file=args.resources,
-        targets=args.targets, force=args.force, missing=missing,
-    )  # fmt: skip
+    saved = exp_run(args.profile, options, args.name or "", args.snakemake_args, force=args.force)
     print(saved)
 
 
@@ -390,6 +411,7 @@ def _add_step_commands(step: Step) -> None:
         help="wait for this file, written on the submit host once the upstream stages are recorded: "
         "run, skip (the stage's inputs came out unchanged) or stop",
     )
+    p.add_argument("--plan", help="the run's plan.json: audit what the stage's Python processes read")
     p.add_argument("commands", nargs=argparse.REMAINDER, help="-- then each command line as one argument")
 
     p = step("report", cmd_report, "one self-contained HTML page of the run: metrics, curves, plots, DAG, resources")
@@ -468,23 +490,49 @@ def _add_exp_run(step: Step) -> None:
     p = p.add_subparsers(dest="action", required=True, metavar="ACTION").add_parser(
         "run", help="as dvc exp run does, in this workspace: snakedvc exp run [options] [TARGETS] [-- snakemake args]"
     )
+    loudness = p.add_mutually_exclusive_group()
+    loudness.add_argument("-q", "--quiet", action="store_true", help="only errors (dvc exp run -q)")
+    loudness.add_argument("-v", "--verbose", action="store_true", help="the kit's and DVC's debug lines")
     p.add_argument("--profile", help="a profile folder, or local / slurm: the kit's own where the project has "
                    "no such folder (default: local)")  # fmt: skip
     p.add_argument("-S", "--set-param", action="append", default=[], metavar="[FILE:]KEY=VALUE",
                    help="change a param first, as dvc exp run -S does (repeatable)")  # fmt: skip
     p.add_argument("-n", "--name", help="the experiment's name (default: DVC's)")
+    p.add_argument("-m", "--message", help="the experiment commit's message (dvc exp run -m)")
     p.add_argument("--dry", action="store_true", help="print the stages that would run, in order; change nothing")
     p.add_argument("-f", "--force", action="store_true",
                    help="run every stage involved, changed or not, and replace the experiment named by -n if it "
                         "exists (dvc exp run -f)")  # fmt: skip
+    selection = [
+        ("-s", "--single-item", "the targets alone, not the stages they need"),
+        ("-p", "--pipeline", "the whole pipelines the targets belong to"),
+        ("-P", "--all-pipelines", "every pipeline of the repository"),
+        ("-R", "--recursive", "every stage in the folders given as targets"),
+        ("", "--downstream", "the targets and the stages that depend on them"),
+        ("", "--force-downstream", "every stage after one that runs runs too, changed or not"),
+        ("-k", "--keep-going", "after a failed stage, go on with the stages that do not need it (the run fails)"),
+        ("", "--no-hydra", "leave params.yaml as it is where DVC composes it with Hydra"),
+    ]
+    for short, long, help_text in selection:
+        p.add_argument(*filter(None, [short, long]), action="store_true", help=f"{help_text} (as dvc exp run)")
     p.add_argument("--resources", metavar="FILE",
                    help="the stages' resources (default: snakedvc.yaml beside dvc.yaml, if there is one)")  # fmt: skip
+    p.add_argument("--one-at-a-time", action="store_true",
+                   help="run the stages one at a time, in DVC's order, as dvc repro does (for stages that read "
+                        "each other's files without naming them in deps; snakedvc.yaml: one_at_a_time: true)")  # fmt: skip
     _add_missing_data_options(p)
     p.add_argument("--remote", metavar="NAME",
                    help="run it on that cluster over SSH, detached (snakedvc submit --remote): prints the run id")  # fmt: skip
+    # dvc exp run's options the kit refuses (EXP_RUN_REFUSED says why): taken, so the refusal is a sentence.
+    for flags in (["-i", "--interactive"], ["--queue"], ["--run-all"], ["--temp"], ["--ignore-errors"]):
+        p.add_argument(*flags, action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("-j", "--jobs", type=int, help=argparse.SUPPRESS)
+    p.add_argument("-C", "--copy-paths", action="append", help=argparse.SUPPRESS)
     p.add_argument(
-        "targets", nargs="*", metavar="TARGETS", help="stages to run, with the ones they need (default: all)"
-    )
+        "targets", nargs="*", metavar="TARGETS",
+        help="stages to run, with the ones they need (default: dvc.yaml's): names, file:stage, paths to dvc.yaml "
+        "or .dvc files",
+    )  # fmt: skip
 
 
 def _add_remote_commands(step: Step) -> None:
@@ -598,11 +646,14 @@ def main(argv: list[str] | None = None) -> int:
     _activate_own_environment()
     args.snakemake_args = getattr(args, "snakemake_args", passed_on)
     _setup_logging(getattr(args, "log", None))
+    if getattr(args, "quiet", False) or getattr(args, "verbose", False):  # exp run's -q and -v, as DVC's
+        logging.getLogger().setLevel(logging.ERROR if args.quiet else logging.DEBUG)
     try:
         args.func(args)
     except (ConfigError, DecisionLogError, FileNotFoundError, InitError, RunError, TrackingError, ValueError) as error:
-        # PipelineError (dvc.yaml) is a ValueError.
-        log.error("%s", error)
+        # PipelineError (dvc.yaml) is a ValueError. One line, as DVC's "ERROR: ..." (the log file too).
+        if getattr(args, "log", None):
+            log.error("%s", error)
         print(f"snakedvc {args.command}: error: {error}", file=sys.stderr)
         return EXP_ERROR_EXIT if args.command == "exp" else 1
     except KeyboardInterrupt:  # Ctrl-C or a cancel's SIGINT: what ran is said above; no traceback

@@ -86,16 +86,22 @@ def run_stage(
     layout: Layout | None = None,
     keep_thread_limits: bool = False,
     decision: str | Path | None = None,
+    plan: str | Path | None = None,
 ) -> int:
     """Remove ``remove`` (paths under ``root``) and make their folders, then run ``commands`` in
-    ``wdir``; the first failing command's exit status, or 0. With a ``layout`` each command runs
-    through `snakedvc launch` (N processes, N nodes, a job step of its own). With a ``decision``
-    file, first wait for the submit host's word: run, skip (nothing removed, nothing run) or stop."""
+        ``wdir``; the first failing command's exit status, or 0. With a ``layout`` each command runs
+        through `snakedvc launch` (N processes, N nodes, a job step of its own). With a ``decision``
+        file, first wait for the submit host's word: run, skip (nothing removed, nothing run), defer (the
+    same, and it runs in the run's next pass) or stop. With a ``plan`` (the run's plan.json, relative
+    to ``root``) its Python processes' reads are audited (ReadAudit)."""
     root = Path(root).resolve()
     if decision is not None:
         word, _, why = wait_for_decision(root / decision).partition(" ")
         if word == "skip":
             log.info("Stage '%s' didn't change, skipping", name)
+            return 0
+        if word == "defer":  # a stage it needs runs again: so does it, after that one
+            log.info("stage %s: %s", name, why)
             return 0
         if word != "run":
             log.error("stage %s: not run: %s", name, why or word)
@@ -109,6 +115,10 @@ def run_stage(
         target.parent.mkdir(parents=True, exist_ok=True)
     env = dict(os.environ) if keep_thread_limits else without_thread_limits(dict(os.environ))
     env = {**env, "DVC_ROOT": str(root), "DVC_STAGE": name}
+    audit = ReadAudit(root, root / plan, name) if plan is not None else None
+    if audit is not None:
+        env = audit.environment(env)
+    code = 0
     for command in commands:
         log.info("stage %s: > %s", name, command)
         argv = shell_command(command)
@@ -118,5 +128,59 @@ def run_stage(
         code = subprocess.run(argv, cwd=root / wdir, env=env).returncode
         if code != 0:
             log.error("stage %s: the command exited with status %d: %s", name, code, command)
-            return code
-    return 0
+            break
+    if audit is not None and audit.deferred():
+        return 0  # it runs again once the stages whose files it read are done: not a failure
+    return code
+
+
+# Where a stage's job notes what it read that another stage writes (engine/dvcpipeline/commit.py reads them).
+DEFERRED_FOLDER, UNDECLARED_FOLDER = "deferred", "undeclared"
+
+
+class ReadAudit:
+    """The files a stage's Python processes read (snakedvc/reads), judged against the run's plan
+    once its commands are done: a file another stage of the run writes, read before that stage
+    finished, defers the stage (it runs again after that one, on the submit host's word)."""
+
+    def __init__(self, root: Path, plan_file: Path, name: str) -> None:
+        from snakedvc.engine.dvcpipeline.plan import Plan
+
+        self.root, self.name = root, name
+        self.plan = Plan.load(plan_file)
+        self.rule = self.plan.stage(name).rule
+        self.log = root / self.plan.folder / "reads" / f"{self.rule}.jsonl"
+
+    def environment(self, env: dict[str, str]) -> dict[str, str]:
+        from snakedvc import reads
+
+        self.log.parent.mkdir(parents=True, exist_ok=True)
+        self.log.unlink(missing_ok=True)
+        return reads.environment(self.log, self.root, env)
+
+    def deferred(self) -> bool:
+        """Judge the reads; note what was read undeclared; whether the stage must run again."""
+        from snakedvc import reads
+
+        plan, root = self.plan, self.root
+        outs = {s: [str(root / out) for out in plan.stage(s).outs] for s in plan.run}
+        upstream = {s: list(plan.stage(s).upstream) for s in plan.run}
+        finished: dict[str, float | None] = {}
+        for stage in plan.run:
+            marker = root / plan.ran(stage)
+            finished[stage] = marker.stat().st_mtime if marker.exists() else None
+        real_root = os.path.realpath(root)
+        seen = [(os.path.join(str(root), os.path.relpath(p, real_root)), t) for p, t in reads.read_log(self.log)]
+        premature, undeclared = reads.judge(self.name, seen, list(plan.run), outs, upstream, finished)
+        for folder, found in ((DEFERRED_FOLDER, premature), (UNDECLARED_FOLDER, undeclared)):
+            if found:
+                note = root / plan.folder / folder / self.rule
+                note.parent.mkdir(parents=True, exist_ok=True)
+                relative = {os.path.relpath(path, root): stage for path, stage in found.items()}
+                note.write_text(json.dumps(relative, indent=1) + "\n")
+        for path, stage in premature.items():
+            log.warning(
+                "stage %s read %s before stage %s, which writes it, finished (not in its deps): it runs again after it",
+                self.name, os.path.relpath(path, root), stage,
+            )  # fmt: skip
+        return bool(premature)

@@ -10,9 +10,10 @@ public `Repo.reproduce` keeps its signature and returns what DVC's returns (the 
 in order, as objects of the caller's repository), or raises DVC's `ReproductionError`;
 `Experiments.run` returns DVC's `{experiment commit: experiment hash}`.
 
-A test that asks for something the kit's runner has no equivalent of (a `--downstream` run, one
-stage alone, a target given as a file path, a queued or temporary-folder experiment, ...) is skipped, its reason naming the option: the
-script's table lists each with its count.
+Targets reach the kit as DVC's (names, paths, `file:stage`, .dvc files, folders with `recursive`,
+globs) with DVC's stage selection (`single_item`, `pipeline`, `all_pipelines`, `downstream`). A test
+that asks for something the kit's runner has no equivalent of (a queued or temporary-folder
+experiment, ...) is skipped, its reason naming the option: the script's table lists each with its count.
 """
 
 from __future__ import annotations
@@ -20,7 +21,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
-import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -34,12 +34,17 @@ from dvc.repo.experiments.exceptions import ExperimentExistsError
 # Options of Repo.reproduce the kit's runner takes as `dvc repro` does (False/None: not asked).
 # run_cache (on by default in `dvc repro`): the kit runs a stage where DVC might restore its
 # outputs from the run cache; the bytes are the same, and a test of the run cache itself fails.
-TAKEN = {"force", "interactive", "dry", "run_cache", "pull", "allow_missing"}
+TAKEN = {"force", "interactive", "dry", "run_cache", "pull", "allow_missing", "force_downstream"}
+# DVC's stage selection, which the kit's runner takes as DVC's (dvcpipeline.Selection).
+SELECTION = ("recursive", "single_item", "pipeline", "all_pipelines", "downstream", "glob")
 # And those of Experiments.run (jobs: the queue's workers; name: the experiment's, as --name).
-TAKEN_BY_EXP_RUN = {*TAKEN, "jobs", "name", "params"}
+TAKEN_BY_EXP_RUN = {*TAKEN, "jobs", "name", "params", "message"}
 
 # What the kit's runner refuses by design, before any job, in words its error holds.
-REFUSED = ("a persistent output is not supported", "is outside the repository", "a circular (checkpoint) output")
+REFUSED = (
+    "a persistent output is not supported", "is outside the repository", "a circular (checkpoint) output",
+    "an import (dvc import, import-url)",
+)  # fmt: skip
 
 # scripts/dvc-suite's file of the tests that called Repo.reproduce.
 CALLS_FILE_ENV = "SNAKEDVC_DVC_SUITE_CALLS"
@@ -58,20 +63,12 @@ def _missing(options: dict[str, Any]) -> Any:
     return dvcpipeline.Missing(pull=bool(options.get("pull")), allow=bool(options.get("allow_missing")))
 
 
-def _stage_names(repo: Repo, targets: Any) -> list[str]:
-    """The kit's targets (stage names) for DVC's: None or the project's dvc.yaml mean every stage."""
-    if targets is None:
-        return []
-    names = []
-    for target in [targets] if isinstance(targets, str) else list(targets):
-        if target in ("dvc.yaml", str(Path(repo.root_dir) / "dvc.yaml")):
-            continue
-        if re.fullmatch(r"(dvc\.yaml)?:[^/:*]+", target):  # DVC's ":name": a stage of ./dvc.yaml
-            target = target.split(":", 1)[1]
-        if target.endswith((".dvc", ".yaml")) or "/" in target or ":" in target or "*" in target:
-            pytest.skip(f"snakedvc exp run takes stage names; a target given as a path or glob ({target})")
-        names.append(target)
-    return names
+def _selection(targets: Any, options: dict[str, Any]) -> Any:
+    """The kit's Selection for DVC's targets and options (None: the project's dvc.yaml)."""
+    from snakedvc.engine import dvcpipeline
+
+    listed = [] if targets is None else [targets] if isinstance(targets, str) else list(targets)
+    return dvcpipeline.Selection(tuple(listed), *(bool(options.get(name)) for name in SELECTION))
 
 
 def kit_reproduce(
@@ -91,20 +88,22 @@ def kit_reproduce(
     from snakedvc.engine.stamps import new_run_id
 
     _note_call()
-    options = {"recursive": recursive, "pipeline": pipeline, "all_pipelines": all_pipelines,
-               "downstream": downstream, "single_item": single_item, "glob": glob, **kwargs}  # fmt: skip
+    chosen = {"recursive": recursive, "pipeline": pipeline, "all_pipelines": all_pipelines,
+              "downstream": downstream, "single_item": single_item, "glob": glob}  # fmt: skip
+    options = dict(kwargs)
     if on_error not in (None, "fail"):
         options[f"on_error={on_error}"] = True
     asked = _asked(options)
     if asked:
         pytest.skip(f"snakedvc exp run has no equivalent of reproduce's {', '.join(asked)}")
     root = Path(self.root_dir)
-    names = _stage_names(self, targets)
+    select = _selection(targets, chosen)
     folder = f"{dvcpipeline.PIPELINE_FOLDER}/{new_run_id()}"
 
     def planned(rerun: Any = ()) -> Any:
         missing = dataclasses.replace(_missing(kwargs), rerun=tuple(rerun))
-        return dvcpipeline.read_plan(root, folder, targets=names, force=bool(kwargs.get("force")), missing=missing)
+        plan = dvcpipeline.read_plan(root, folder, targets=select, force=bool(kwargs.get("force")), missing=missing)
+        return dataclasses.replace(plan, changed=plan.run) if kwargs.get("force_downstream") else plan
 
     with _dvc_errors():
         plan = planned()
@@ -117,7 +116,7 @@ def kit_reproduce(
     except dvcpipeline.PipelineError as error:  # a stage that failed, data gone: DVC's error for it
         raise ReproductionError(str(error)) from None
     # As DVC's: the stages it recorded, not those it found unchanged at run time.
-    return _stages_of(self, [*plan.data, *plan.refresh, *recorded.ran])
+    return _stages_of(self, [*plan.data, *plan.refresh, *(name for name in plan.run if name in recorded.ran)])
 
 
 @contextlib.contextmanager
@@ -162,13 +161,20 @@ def kit_experiments_run(
     if kwargs.get("dry"):
         pytest.skip("snakedvc exp run --dry prints the plan; DVC's dry experiment runs in a temporary folder")
     root = Path(self.repo.root_dir)
-    names = _stage_names(self.repo, targets)
+    select = _selection(targets, {})
     with _dvc_errors():
         try:
+            options = dvcpipeline.ExpRunOptions(
+                tuple(params or []),
+                None,
+                select.targets,
+                bool(kwargs.get("pull")),
+                bool(kwargs.get("allow_missing")),
+                message=message or "",
+            )
             name = dvcpipeline.exp_run(
-                PROFILE, list(params or []), kwargs.get("name") or "", root=root, targets=names,
-                force=bool(kwargs.get("force")), missing=_missing(kwargs),
-            )  # fmt: skip
+                PROFILE, options, kwargs.get("name") or "", root=root, force=bool(kwargs.get("force"))
+            )
         except dvcpipeline.PipelineError as error:
             if "failed" in str(error):  # a stage failed: DVC's error for it, as its executor raises it
                 raise ReproductionError(str(error)) from None

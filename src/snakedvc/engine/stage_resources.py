@@ -43,17 +43,21 @@ class StageResources:
     cpus_asked: bool = False
 
 
-def read_table(path: Path) -> dict[str, dict[str, Any]]:
-    """The ``resources`` of a snakedvc.yaml, validated; {} when there is no such file."""
-    if not path.is_file():
-        return {}
+def read_stages_file(path: Path) -> dict[str, Any]:
+    """A snakedvc.yaml, validated, its defaults filled in (those alone where there is no such file)."""
     try:
-        given = yaml.safe_load(path.read_text()) or {}
-        table: dict[str, dict[str, Any]] = validate_config(given, schema("stages"))["resources"]
+        given = (yaml.safe_load(path.read_text()) or {}) if path.is_file() else {}
+        settings: dict[str, Any] = validate_config(given, schema("stages"))
     except yaml.YAMLError as error:
         raise ConfigError(f"{path}: not valid YAML: {error}") from None
     except ConfigError as error:
         raise ConfigError(f"{path}: {error}") from None
+    return settings
+
+
+def read_table(path: Path) -> dict[str, dict[str, Any]]:
+    """The ``resources`` of a snakedvc.yaml, validated; {} when there is no such file."""
+    table: dict[str, dict[str, Any]] = read_stages_file(path)["resources"]
     return table
 
 

@@ -38,6 +38,7 @@ for stage in PLAN.stages:
             commands=list(stage.commands),
             options=stage_run_options(stage.job),
             decision=["--decision", PLAN.decision(stage.name)] if PLAN.waits(stage.name) else [],
+            plan=f"{PLAN.folder}/plan.json",
         log:
             PLAN.log(stage.name),
         threads: stage.job.threads
@@ -45,5 +46,6 @@ for stage in PLAN.stages:
             **stage.job.resources,
         shell:
             "snakedvc stage-run --stage {params.stage:q} --wdir {params.wdir:q} {params.options:q} {params.decision:q}"
+            " --plan {params.plan:q}"
             " --remove {params.outs:q} -- {params.commands:q} > {log:q} 2>&1"
 

@@ -23,6 +23,7 @@ from snakedvc.engine.dvcpipeline.plan import (
     Missing,
     PipelineError,
     Plan,
+    Selection,
     Stage,
     dry_run,
     read_plan,
@@ -41,7 +42,7 @@ from snakedvc.engine.dvcpipeline.run import (
 from snakedvc.engine.dvcpipeline.save import Recorded, save
 
 __all__ = [
-    "PIPELINE_FOLDER", "ExpRunOptions", "Missing", "Recorded", "PipelineError", "Plan", "Stage", "Bookkeeper", "dry_run",
+    "PIPELINE_FOLDER", "ExpRunOptions", "Missing", "Recorded", "PipelineError", "Plan", "Selection", "Stage", "Bookkeeper", "dry_run",
     "exp_run", "is_dvc_pipeline", "kit_profile", "pipeline_profile", "read_plan", "run_plan", "save", "set_params",
     "stage_run_launch_args", "stage_run_options",
 ]  # fmt: skip

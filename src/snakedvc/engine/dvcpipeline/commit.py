@@ -14,9 +14,11 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import json
 import logging
 import os
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +28,7 @@ from snakedvc.engine.tracking import repo_lock
 log = logging.getLogger(__name__)
 
 # The words a waiting stage's job reads (snakedvc stage-run --decision).
-RUN, SKIP, STOP = "run", "skip", "stop"
+RUN, SKIP, STOP, DEFER = "run", "skip", "stop", "defer"
 
 
 def lock_keys(path: Path) -> set[str]:
@@ -89,6 +91,12 @@ class Bookkeeper:
         self._stages: dict[str, Any] = {}
         self._waiting = [name for name in plan.run if plan.waits(name)]  # in DVC's order
         self._repo: Any = None
+        self.first = plan  # the run's plan; ``plan`` is the pass's (next_pass)
+        # stages that read another's file before it finished (path -> that stage), and those after
+        # them: not recorded, run again in the next pass
+        self.deferred: dict[str, dict[str, str]] = {}
+        self.undeclared: dict[str, dict[str, str]] = {}  # every undeclared read seen, for the warning
+        self._reran: set[str] = set()
 
     def __enter__(self) -> Bookkeeper:
         from dvc.repo import Repo
@@ -116,7 +124,7 @@ class Bookkeeper:
         logging.getLogger("dvc").setLevel(self._dvc_level)
 
     def _lock_files(self) -> list[Path]:
-        files = {Path(self.root, self._stages[name].dvcfile.path).with_suffix(".lock") for name in self.plan.run}
+        files = {Path(self.root, self._stages[name].dvcfile.path).with_suffix(".lock") for name in self.first.run}
         return sorted(file for file in files if file.name == "dvc.lock")
 
     def _order_lock_files(self) -> None:
@@ -124,7 +132,7 @@ class Bookkeeper:
         were, the new ones after, in DVC's order (the batches commit them as their jobs end)."""
         from dvc.utils.serialize import modify_yaml
 
-        position = {self._stages[name].name: index for index, name in enumerate(self.plan.run)}
+        position = {self._stages[name].name: index for index, name in enumerate(self.first.run)}
 
         def order(keys: list[str], before: set[str]) -> list[str]:
             new = sorted((k for k in keys if k not in before), key=lambda k: position.get(k, len(position)))
@@ -169,11 +177,56 @@ class Bookkeeper:
         ]  # fmt: skip
         self._seen.update(finished)
         try:
-            self._commit([name for name in finished if name not in self.skipped])
+            self._read_notes(finished)
+            self._commit([name for name in finished if name not in self.skipped and name not in self.deferred])
             self._decide()
         except BaseException as error:  # no job waits for a word that will never come
             self.stop_waiting(f"the run's bookkeeping failed: {error!r}")
             raise
+
+    def _read_notes(self, finished: list[str]) -> None:
+        """What the finished stages' jobs noted of their reads (snakedvc.stage.ReadAudit)."""
+        from snakedvc.stage import DEFERRED_FOLDER, UNDECLARED_FOLDER
+
+        for name in finished:
+            rule = self.plan.stage(name).rule
+            for folder, into in ((UNDECLARED_FOLDER, self.undeclared), (DEFERRED_FOLDER, self.deferred)):
+                note = self.root / self.plan.folder / folder / rule
+                if note.is_file():
+                    into.setdefault(name, {}).update(json.loads(note.read_text()))
+            if name in self.deferred:
+                self.undeclared.setdefault(name, {}).update(self.deferred[name])
+
+    def next_pass(self) -> Plan | None:
+        """After Snakemake's pass: the plan of the next one, of the stages deferred (in DVC's order,
+        in a folder of its own), with this bookkeeper switched to it; None where none was."""
+        if not self.deferred:
+            return None
+        again = [name for name in self.plan.run if name in self.deferred]
+        read_early = [name for name in again if self.deferred[name]]  # run whatever: what they read changed
+        number = sum(1 for _ in Path(self.root, self.first.folder).glob("pass*")) + 2
+        plan = replace(
+            self.plan, run=tuple(again), changed=tuple(n for n in again if n in self.plan.changed or n in read_early),
+            folder=f"{self.first.folder}/pass{number}", data=(), refresh=(),
+        )  # fmt: skip
+        self.plan, self.deferred = plan, {}
+        self._reran.update(read_early)
+        self._seen, self._decided, self._stopped = set(), set(), set()
+        self._waiting = [name for name in plan.run if plan.waits(name)]
+        return plan
+
+    def warn_undeclared(self) -> None:
+        """The reads dvc.yaml does not declare, with the deps: lines that would (DVC never says)."""
+        for name, found in self.undeclared.items():
+            for path, writer in sorted(found.items()):
+                log.warning(
+                    "stage %r reads %s, which stage %r writes, without naming it in its deps%s; add it to dvc.yaml "
+                    "(stages: %s: deps: - %s)%s",
+                    name, path, writer,
+                    f": it ran again after {writer!r}, as dvc repro's order has it" if name in self._reran else "",
+                    name.split("@")[0].rpartition(":")[2], path,
+                    "" if self.first.one_at_a_time else ", or run with --one-at-a-time",
+                )  # fmt: skip
 
     def stop_waiting(self, why: str) -> None:
         """Every stage still waiting told to stop (the run is ending)."""
@@ -218,7 +271,12 @@ class Bookkeeper:
         for name in [name for name in self._waiting if name not in self._decided]:
             upstream = [up for up in self.plan.stage(name).upstream if up in running]
             lost = [up for up in upstream if up in self.failed or up in self._stopped]
-            if lost:
+            again = [up for up in upstream if up in self.deferred]
+            if again and not lost and all(up in settled or up in self.deferred for up in upstream):
+                self.deferred[name] = {}
+                self._tell(name, f"{DEFER} stage {again[0]!r} runs again (it read a file before the stage "
+                           "writing it finished): this one runs after it")  # fmt: skip
+            elif lost:
                 self._stopped.add(name)
                 self._tell(name, f"{STOP} stage {lost[0]!r} ran but could not be recorded (see the run's log)")
             elif all(up in settled for up in upstream):
@@ -262,5 +320,5 @@ class Bookkeeper:
         recorded (DVC's own function)."""
         from dvc.repo.experiments.executor.base import BaseExecutor
 
-        recorded = [*self.plan.data, *self.plan.refresh, *self.committed]
+        recorded = [*self.first.data, *self.first.refresh, *self.committed]
         return BaseExecutor.hash_exp(self._stages[name] for name in recorded)

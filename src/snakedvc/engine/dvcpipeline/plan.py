@@ -9,11 +9,11 @@ import logging
 import os
 import re
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from snakedvc.engine.stage_resources import DEFAULT_FILE, StageResources, read_table, resources_of
+from snakedvc.engine.stage_resources import DEFAULT_FILE, StageResources, read_stages_file, resources_of
 
 log = logging.getLogger(__name__)
 
@@ -68,6 +68,12 @@ class Plan:
     pull_paths: tuple[str, ...] = ()
     pull: bool = False  # dvc exp run --pull, for the decisions at run time too
     allow_missing: bool = False  # dvc exp run --allow-missing: missing data alone is no change
+    # `dvc add`ed data the run involves (changed or not): what the experiment records where no
+    # stage of dvc.yaml is involved (a .dvc file as the target)
+    sources: tuple[str, ...] = ()
+    # snakedvc.yaml's one_at_a_time (--one-at-a-time): each stage's job waits for the one before
+    # it in DVC's order, as `dvc repro` runs them
+    one_at_a_time: bool = False
 
     @functools.cached_property
     def _by_name(self) -> dict[str, Stage]:
@@ -96,8 +102,13 @@ class Plan:
         return f"{self.folder}/logs/{self.stage(name).rule}.log"
 
     def waits_for(self, name: str) -> list[str]:
-        """The markers a stage's job waits for: its upstream stages of this run, finished."""
-        return [self.ran(up) for up in self.stage(name).upstream if up in self._running]
+        """The markers a stage's job waits for: its upstream stages of this run, finished (and
+        one at a time, the stage before it in DVC's order)."""
+        markers = [self.ran(up) for up in self.stage(name).upstream if up in self._running]
+        index = self.run.index(name) if self.one_at_a_time and name in self._running else 0
+        if index > 0 and self.ran(self.run[index - 1]) not in markers:
+            markers.append(self.ran(self.run[index - 1]))
+        return markers
 
     def save(self, path: str | Path) -> None:
         Path(path).parent.mkdir(parents=True, exist_ok=True)
@@ -111,6 +122,7 @@ class Plan:
             stages, tuple(data["run"]), data["folder"], tuple(data["refresh"]), tuple(data.get("wanted", ())),
             tuple(data.get("data", ())), tuple(data.get("changed", ())), tuple(data.get("pulled", ())),
             tuple(data.get("pull_paths", ())), bool(data.get("pull")), bool(data.get("allow_missing")),
+            tuple(data.get("sources", ())), bool(data.get("one_at_a_time")),
         )  # fmt: skip
 
 
@@ -138,26 +150,52 @@ class Missing:
 NO_MISSING = Missing()
 
 
+@dataclass(frozen=True)
+class Selection:
+    """Which stages a run involves, as `dvc exp run` (`dvc repro`) picks them: ``targets`` are
+    stage names, ``file:stage``, paths to dvc.yaml or .dvc files (or folders with ``recursive``;
+    globs with ``glob``), default the dvc.yaml here; ``single_item`` (-s) the targets alone;
+    ``pipeline`` (-p) the whole pipelines they belong to; ``all_pipelines`` (-P) every stage;
+    ``downstream`` the targets and the stages that depend on them."""
+
+    targets: tuple[str, ...] = ()
+    recursive: bool = False
+    single_item: bool = False
+    pipeline: bool = False
+    all_pipelines: bool = False
+    downstream: bool = False
+    glob: bool = False
+
+
+def selection(targets: Sequence[str] | Selection) -> Selection:
+    return targets if isinstance(targets, Selection) else Selection(tuple(targets))
+
+
 def read_plan(
     root: str | Path,
     folder: str,
     resources_file: str | Path | None = None,
-    targets: Sequence[str] = (),
+    targets: Sequence[str] | Selection = (),
     force: bool = False,
     missing: Missing = NO_MISSING,
 ) -> Plan:
     """The pipeline of the DVC repository at ``root`` as DVC sees it now, and the stages to run:
-    of ``targets`` (stage names, a foreach/matrix stage's name for all its items; default all) and
-    the stages they need, those DVC finds changed and those downstream of them, as `dvc repro`
-    runs them. ``resources_file``: the stages' resources (default: snakedvc.yaml at ``root``).
-    ``force``: every stage involved runs, changed or not (`dvc exp run -f`), frozen ones aside."""
-    from dvc.exceptions import DvcException
+    of the ``targets`` (a Selection, or stage names, paths and ``file:stage`` as `dvc exp run`
+    takes them; default the dvc.yaml here) and the stages they need, those DVC finds changed and
+    those downstream of them, as `dvc repro` runs them. ``resources_file``: the stages' resources
+    (default: snakedvc.yaml at ``root``). ``force``: every stage involved runs, changed or not
+    (`dvc exp run -f`), frozen ones aside."""
+    from dvc.exceptions import DvcException, NoOutputOrStageError
+    from dvc.stage.exceptions import StageFileDoesNotExistError, StageNotFound
 
     root = Path(root).resolve()
     table_file = Path(resources_file) if resources_file else root / DEFAULT_FILE
-    table = read_table(table_file)
+    settings = read_stages_file(table_file)
     try:
-        return _read_plan(root, folder, table, str(table_file), targets, force, missing)
+        plan = _read_plan(root, folder, settings["resources"], str(table_file), selection(targets), force, missing)
+        return replace(plan, one_at_a_time=plan.one_at_a_time or settings["one_at_a_time"])
+    except (NoOutputOrStageError, StageFileDoesNotExistError, StageNotFound) as error:  # a target: DVC's words
+        raise PipelineError(f"{error} (`dvc stage list` shows the stages)") from None
     except DvcException as error:  # dvc.yaml's YAML, schema, templating: DVC's message names the place
         cause = f" ({error.__cause__})" if error.__cause__ else ""
         raise PipelineError(f"{root / 'dvc.yaml'}: DVC cannot read the pipeline: {error}{cause}") from None
@@ -168,50 +206,76 @@ def _read_plan(
     folder: str,
     table: dict[str, dict[str, Any]],
     table_file: str,
-    targets: Sequence[str],
+    select: Selection,
     force: bool,
     missing: Missing,
 ) -> Plan:
     import networkx as nx
     from dvc.repo import Repo
-    from dvc.repo.reproduce import get_active_graph, plan_repro
     from dvc.stage import PipelineStage
 
     # DVC names stages relative to the working directory ("sub/dvc.yaml:train" from elsewhere).
     with contextlib.chdir(root), Repo(str(root)) as repo:
         pipeline = [stage for stage in repo.index.stages if isinstance(stage, PipelineStage)]
-        if not pipeline:
-            raise PipelineError(f"{root}: no dvc.yaml stages to run (dvc stage list shows none)")
         graph = repo.index.graph  # an edge goes from a stage to a stage it depends on
         jobs = resources_of([s.addressing for s in pipeline], table, table_file)
         stages = _stages(pipeline, graph, root, jobs)
-        # As `dvc repro`: without targets the stages of this folder's dvc.yaml (and those they need),
-        # not every pipeline of the repository: another one, in a subfolder, may never have run.
-        own = [s for s in pipeline if Path(s.dvcfile.path).resolve() == root / "dvc.yaml"]
-        if not targets and not own:
+        steps, involved, collected = _selected(repo, graph, select)
+        imports = [s.addressing for s in collected if s.is_import]  # as a target (one upstream: as before)
+        if imports:
+            raise PipelineError(
+                f"{', '.join(imports)}: an import (dvc import, import-url): snakedvc exp run runs dvc.yaml stages; "
+                "bring an import up to date with `dvc update`"
+            )
+        wanted = [s for s in pipeline if s in involved]
+        topological = list(reversed(list(nx.topological_sort(graph))))
+        sources = [s for s in topological if s.is_data_source and s in involved]
+        if not wanted and not sources:
             raise PipelineError(f"{root / 'dvc.yaml'}: no stages to run (dvc stage list shows none)")
-        wanted = _wanted(pipeline, graph, targets) if targets else _wanted(pipeline, graph, [s.addressing for s in own])
-        sources = [s for s in reversed(list(nx.topological_sort(graph))) if s.is_data_source]
-        sources = [s for s in sources if any(nx.has_path(graph, w, s) for w in wanted)]
         status, data, only_missing = _what_changed(repo, graph, wanted, sources, force, missing)
         frozen = {s.addressing for s in wanted if s.frozen}
         # A frozen callback stage (no dependencies) is not "always changed": dvc repro leaves it.
         status -= {s.addressing for s in wanted if s.frozen and s.is_callback}
         # DVC's own order (dvc repro's plan: a post-order walk from the targets), then what the
         # run involves besides (upstream of a frozen stage), in dependency order.
-        roots = [s for s in wanted if s.addressing in targets or s.addressing.split("@")[0] in targets] or own
-        steps = [s for s in plan_repro(get_active_graph(graph), roots) if s in wanted]
-        order = [s.addressing for s in steps]
-        order += [s.addressing for s in reversed(list(nx.topological_sort(graph))) if s in wanted and s not in steps]
+        order = [s.addressing for s in steps if s in wanted]
+        order += [s.addressing for s in topological if s in wanted and s.addressing not in order]
         to_run, refresh = _to_run(graph, wanted, status, frozen, order)
         pull_paths = _missing_dependencies(wanted, to_run, root) if missing.pull and not force else []
         data_order = [source.addressing for source in sources]
     changed = [name for name in to_run if name in status]
     pulled = [name for name in [*data_order, *order] if name in only_missing and name not in to_run]
+    single = select.single_item and not (select.pipeline or select.all_pipelines)
+    if single:  # -s: the targets alone, one at a time in the order given, as dvc repro -s runs them
+        stages = [replace(stage, upstream=()) if stage.name in to_run else stage for stage in stages]
     return Plan(
         tuple(stages), tuple(to_run), folder, tuple(refresh), tuple(order), tuple(data), tuple(changed),
-        tuple(pulled), tuple(pull_paths), missing.pull, missing.allow,
+        tuple(pulled), tuple(pull_paths), missing.pull, missing.allow, tuple(data_order), single and len(to_run) > 1,
     )  # fmt: skip
+
+
+def _selected(repo: Any, graph: Any, select: Selection) -> tuple[list[Any], set[Any], list[Any]]:
+    """The stages `dvc repro` walks for ``select``, in its order (DVC's own functions: its target
+    resolution and its plan), and every stage the run involves: those and, unless only the targets
+    or what follows them was asked for, every stage the targets depend on; and the targets' own stages."""
+    import networkx as nx
+    from dvc.dvcfile import PROJECT_FILE
+    from dvc.repo.reproduce import collect_stages, get_active_graph, plan_repro
+
+    whole = select.pipeline or select.all_pipelines  # as dvc repro: -p and -P override -s and --downstream
+    collected: list[Any] = []
+    if not select.all_pipelines:
+        targets = list(select.targets) or [PROJECT_FILE]
+        collected = collect_stages(repo, targets, recursive=select.recursive, glob=select.glob)
+    if select.single_item and not whole:
+        return collected, set(collected), collected
+    downstream = select.downstream and not whole
+    steps = plan_repro(get_active_graph(graph), collected, pipeline=select.pipeline, downstream=downstream)
+    involved = set(steps)
+    if not downstream:
+        for stage in collected:
+            involved |= {stage, *nx.descendants(graph, stage)}
+    return steps, involved, collected
 
 
 def _to_run(
@@ -285,24 +349,6 @@ def _missing_dependencies(wanted: list[Any], to_run: list[str], root: Path) -> l
     return sorted(paths)
 
 
-def _wanted(pipeline: list[Any], graph: Any, targets: Sequence[str]) -> list[Any]:
-    """The stages a run of ``targets`` involves: the targets and every stage they depend on."""
-    import networkx as nx
-
-    if not targets:
-        return pipeline
-    wanted = set()
-    for target in targets:
-        named = [s for s in pipeline if target in (s.addressing, s.addressing.split("@")[0])]
-        if not named:
-            raise PipelineError(
-                f"target {target!r} is no stage of dvc.yaml (its stages: {', '.join(s.addressing for s in pipeline)})"
-            )
-        for stage in named:
-            wanted |= {stage, *nx.descendants(graph, stage)}
-    return [s for s in pipeline if s in wanted]
-
-
 def _stages(pipeline: list[Any], graph: Any, root: Path, jobs: dict[str, StageResources]) -> list[Stage]:
     stages: list[Stage] = []
     rules: set[str] = set()
@@ -365,24 +411,28 @@ def _is_params(dep: Any) -> bool:
     return isinstance(dep, ParamsDependency)
 
 
-def set_params(overrides: Sequence[str], root: str | Path = ".") -> None:
+def set_params(overrides: Sequence[str], root: str | Path = ".", hydra_on: bool = True) -> list[str]:
     """Apply ``-S`` overrides to the params files as `dvc exp run -S` does (DVC's own functions:
     ``[file:]key=value``, Hydra's override grammar). With Hydra enabled in DVC's config, params.yaml
-    is composed from the Hydra config with the overrides, as DVC composes it, -S or not. A sweep
-    (``key=a,b``) is refused as `dvc exp run` refuses it without --queue."""
+    is composed from the Hydra config with the overrides, as DVC composes it, -S or not (not with
+    ``hydra_on`` False: `dvc exp run --no-hydra`). A sweep (``key=a,b``) is refused as `dvc exp
+    run` refuses it without --queue. The params files written (relative to ``root``): the
+    experiment commits them, as DVC's does, new ones too."""
     from dvc.exceptions import DvcException
     from dvc.repo import Repo
     from dvc.utils.cli_parse import to_path_overrides
     from dvc.utils.hydra import apply_overrides, compose_and_dump, to_hydra_overrides
+    from hydra.errors import OverrideParseException
 
     root = Path(root)
     with Repo(str(root)) as repo:
         hydra = repo.config.get("hydra", {})
     path_overrides = to_path_overrides(list(overrides))
-    if hydra.get("enabled", False):
+    composing = hydra_on and hydra.get("enabled", False)
+    if composing:
         path_overrides.setdefault(HYDRA_OUTPUT, [])
     if not path_overrides:
-        return
+        return []
     try:
         sweep = any(o.is_sweep_override() for changes in path_overrides.values() for o in to_hydra_overrides(changes))
         if sweep:
@@ -391,7 +441,7 @@ def set_params(overrides: Sequence[str], root: str | Path = ".") -> None:
                 "run one value at a time, or a sweep of the kit's (snakedvc.sweep in a Snakefile's config)"
             )
         for path, changes in path_overrides.items():
-            if hydra.get("enabled", False) and path == HYDRA_OUTPUT:
+            if composing and path == HYDRA_OUTPUT:
                 module = hydra.get("config_module")
                 config_dir = None if module else str(root / hydra.get("config_dir", "conf"))
                 compose_and_dump(
@@ -403,6 +453,9 @@ def set_params(overrides: Sequence[str], root: str | Path = ".") -> None:
     except DvcException as error:  # DVC's own words follow, as `dvc exp run -S` prints them ("use +key=…")
         cause = f": {error.__cause__}" if error.__cause__ else ""
         raise PipelineError(f"-S {' '.join(overrides)}: {error}{cause}") from None
+    except OverrideParseException as error:  # Hydra's grammar: its one line, as DVC prints it
+        raise PipelineError(f"-S {' '.join(overrides)}: {str(error).splitlines()[0]}") from None
+    return [path for path in path_overrides if (root / path).is_file()]
 
 
 # The params file Hydra composes (DVC's default params file).
@@ -413,7 +466,7 @@ def dry_run(
     overrides: Sequence[str] = (),
     root: str | Path = ".",
     resources_file: str | Path | None = None,
-    targets: Sequence[str] = (),
+    targets: Sequence[str] | Selection = (),
     force: bool = False,
     missing: Missing = NO_MISSING,
 ) -> Plan:

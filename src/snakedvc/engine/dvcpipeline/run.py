@@ -16,11 +16,11 @@ from pathlib import Path
 
 from snakedvc.engine.dvcpipeline.commit import Bookkeeper
 from snakedvc.engine.dvcpipeline.plan import (
-    NO_MISSING,
     PIPELINE_FOLDER,
     Missing,
     PipelineError,
     Plan,
+    Selection,
     read_plan,
     set_params,
 )
@@ -36,16 +36,58 @@ log = logging.getLogger(__name__)
 DRY_RUN_OPTIONS = {"-n", "--dry-run", "--dryrun"}
 
 
+@dataclass(frozen=True)
+class ExpRunOptions:
+    """What `snakedvc exp run` is given besides the profile, the name and -f, in `dvc exp run`'s
+    words (a submitted run's controller passes them on: ``args()``)."""
+
+    overrides: tuple[str, ...] = ()  # -S
+    resources_file: str | None = None  # the kit's own: the stages' resources
+    targets: tuple[str, ...] = ()
+    pull: bool = False
+    allow_missing: bool = False
+    recursive: bool = False  # -R
+    single_item: bool = False  # -s
+    pipeline: bool = False  # -p
+    all_pipelines: bool = False  # -P
+    downstream: bool = False
+    force_downstream: bool = False
+    keep_going: bool = False  # -k
+    message: str = ""  # -m
+    no_hydra: bool = False
+    one_at_a_time: bool = False  # the kit's own: stages one at a time, in DVC's order
+
+    # The flags among these, by field, as `dvc exp run` spells them.
+    FLAGS = {
+        "pull": "--pull", "allow_missing": "--allow-missing", "recursive": "-R", "single_item": "-s",
+        "pipeline": "-p", "all_pipelines": "-P", "downstream": "--downstream",
+        "force_downstream": "--force-downstream", "keep_going": "-k", "no_hydra": "--no-hydra",
+        "one_at_a_time": "--one-at-a-time",
+    }  # fmt: skip
+
+    def args(self) -> list[str]:
+        args = [arg for override in self.overrides for arg in ("-S", override)]
+        args += ["--resources", self.resources_file] if self.resources_file else []
+        args += [flag for field, flag in self.FLAGS.items() if getattr(self, field)]
+        args += ["-m", self.message] if self.message else []
+        return [*args, *self.targets]
+
+    def selection(self) -> Selection:
+        return Selection(
+            self.targets, self.recursive, self.single_item, self.pipeline, self.all_pipelines, self.downstream
+        )
+
+    def missing(self) -> Missing:
+        return Missing(pull=self.pull, allow=self.allow_missing)
+
+
 def exp_run(
     profile: str | None,
-    overrides: Sequence[str] = (),
+    options: ExpRunOptions = ExpRunOptions(),
     name: str = "",
     snakemake_args: Sequence[str] = (),
     root: str | Path = ".",
-    resources_file: str | Path | None = None,
-    targets: Sequence[str] = (),
     force: bool = False,
-    missing: Missing = NO_MISSING,
 ) -> str:
     """`dvc exp run`, each stage a Snakemake job: the experiment's name. Where DVC finds nothing to
     run, no job runs and the experiment is saved all the same, as `dvc exp run` saves one. A
@@ -61,7 +103,7 @@ def exp_run(
     with workspace_lock(root):
         if name:
             check_name_is_free(name, root, replace=force)
-        return _exp_run(profile, overrides, name, snakemake_args, root, resources_file, targets, force, missing)
+        return _exp_run(profile, options, name, snakemake_args, root, force)
 
 
 def prepare_workspace(root: Path, targets: Sequence[str]) -> None:
@@ -132,23 +174,26 @@ def workspace_lock(root: Path) -> Iterator[None]:
 
 def _exp_run(
     profile: str | None,
-    overrides: Sequence[str],
+    options: ExpRunOptions,
     name: str,
     snakemake_args: Sequence[str],
     root: Path,
-    resources_file: str | Path | None,
-    targets: Sequence[str],
     force: bool = False,
-    missing: Missing = NO_MISSING,
 ) -> str:
     folder = f"{PIPELINE_FOLDER}/{new_run_id()}"
+    targets = options.selection()
 
     def planned(rerun: Sequence[str] = ()) -> Plan:
-        return read_plan(root, folder, resources_file, targets, force, replace(missing, rerun=tuple(rerun)))
+        missing = replace(options.missing(), rerun=tuple(rerun))
+        plan = read_plan(root, folder, options.resources_file, targets, force, missing)
+        plan = replace(plan, one_at_a_time=True) if options.one_at_a_time else plan
+        # --force-downstream: every stage after one that runs runs too, changed or not
+        return replace(plan, changed=plan.run) if options.force_downstream else plan
 
     plan = planned()
-    set_params(overrides, root)  # Hydra's composition too, where it is on: -S or not
-    prepare_workspace(root, targets)
+    params_files = set_params(options.overrides, root, hydra_on=not options.no_hydra)
+    # DVC's commit and checkout take the targets as exp run does (a folder only with its stages)
+    prepare_workspace(root, [*plan.data, *plan.wanted] if options.recursive else list(options.targets))
     plan = planned()  # what runs depends on the new values and the restored outputs
     if plan.pulled or plan.pull_paths:
         plan = pull_missing(plan, planned, root)
@@ -159,8 +204,9 @@ def _exp_run(
     # As `dvc exp run`: the experiment's name is chosen before any stage runs (DVC's own random
     # name where none is given), and every stage sees it and the baseline in its environment.
     name = name or random_experiment_name(root)
-    recorded = run_plan(plan, profile, snakemake_args, root, experiment_env(name, root))
-    return save(plan, name, root, recorded, replace=force)
+    keep_going = ["--keep-going"] if options.keep_going else []
+    recorded = run_plan(plan, profile, [*keep_going, *snakemake_args], root, experiment_env(name, root))
+    return save(plan, name, root, recorded, replace=force, message=options.message, include=params_files)
 
 
 def experiment_env(name: str, root: Path) -> dict[str, str]:
@@ -201,11 +247,16 @@ def run_plan(
     that failed, once every stage that finished is committed."""
     with Bookkeeper(plan, root) as books:
         books.commit_unrun()
-        if plan.run:
-            code = run_jobs(plan, profile, snakemake_args, root, env, books)
+        this_pass: Plan | None = plan if plan.run else None
+        # A stage that read a file of another before that one finished (undeclared in its deps)
+        # was deferred: the next pass runs it, and what follows it, once the first is done.
+        while this_pass is not None:
+            code = run_jobs(this_pass, profile, snakemake_args, root, env, books)
             if code != 0 or books.failed:
                 books.close()
-                raise PipelineError(failure(plan, root, books))
+                raise PipelineError(failure(this_pass, root, books))
+            this_pass = books.next_pass()
+        books.warn_undeclared()
         return Recorded(tuple(books.committed), tuple(books.skipped), books.experiment_hash())
 
 
@@ -247,7 +298,7 @@ def run_jobs(
         books.stop_waiting("snakedvc exp run is stopping")
         stop_group(snakemake)
         raise
-    books.close()
+    books.step()  # the stages that finished since the last pass
     return snakemake.returncode
 
 
@@ -292,24 +343,6 @@ def is_dvc_pipeline(root: Path, snakemake_args: Sequence[str] = ()) -> bool:
     if {"-s", "--snakefile"} & set(snakemake_args) or any((root / name).is_file() for name in SNAKEFILES):
         return False
     return (root / "dvc.yaml").is_file()
-
-
-@dataclass(frozen=True)
-class ExpRunOptions:
-    """What `snakedvc exp run` is given besides the profile and name: -S values, the resources
-    file, targets (a submitted run's controller passes them on)."""
-
-    overrides: tuple[str, ...] = ()
-    resources_file: str | None = None
-    targets: tuple[str, ...] = ()
-    pull: bool = False
-    allow_missing: bool = False
-
-    def args(self) -> list[str]:
-        args = [arg for override in self.overrides for arg in ("-S", override)]
-        args += ["--resources", self.resources_file] if self.resources_file else []
-        args += [*(["--pull"] if self.pull else []), *(["--allow-missing"] if self.allow_missing else [])]
-        return [*args, *self.targets]
 
 
 def module_file() -> Path:

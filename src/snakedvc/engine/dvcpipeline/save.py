@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import os
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -64,13 +65,22 @@ def failure(plan: Plan, root: Path, books: Bookkeeper) -> str:
     )
 
 
-def save(plan: Plan, name: str, root: Path, recorded: Recorded, replace: bool = False) -> str:
-    """One `dvc exp save` with what `dvc exp run` commits: dvc.lock (the stages that ran, already
-    committed), params, the uncached outputs of the stages that ran; DVC's commit message.
-    ``replace``: an experiment of the same name is replaced (`dvc exp run -f -n NAME`)."""
+def save(
+    plan: Plan,
+    name: str,
+    root: Path,
+    recorded: Recorded,
+    replace: bool = False,
+    message: str = "",
+    include: Sequence[str] = (),
+) -> str:
+    """One `dvc exp save` with what `dvc exp run` commits: the lock files of the stages the run
+    involves (those that ran already committed), the params files (``include``: those -S wrote,
+    new ones too), the uncached outputs of the stages that ran; DVC's commit message, or
+    ``message`` (-m). ``replace``: an experiment of the same name is replaced (`dvc exp run -f -n NAME`)."""
     from snakedvc.engine.tracking import EXPERIMENT_PUSH_ENV, note_saved, push, repo_lock, run_dvc, trim_experiment
 
-    args = ["exp", "save", "--message", f"dvc: commit experiment {recorded.experiment_hash}"]
+    args = ["exp", "save", "--message", message or f"dvc: commit experiment {recorded.experiment_hash}"]
     if name:
         args += ["--name", name, *(["--force"] if replace else [])]
     # Nothing ran: the experiment holds what the run involves, as `dvc exp run`'s does.
@@ -78,8 +88,8 @@ def save(plan: Plan, name: str, root: Path, recorded: Recorded, replace: bool = 
     produced = {out for stage in involved for out in plan.stage(stage).uncached if (root / out).exists()}
     # The lock files too: `dvc exp save` adds an untracked dvc.lock itself only at the top of the
     # git repository, not in a DVC repository in a subfolder of it (a subrepo).
-    locks = {_lock_file(stage) for stage in [*plan.data, *plan.refresh, *recorded.ran]}
-    for path in sorted(produced | {lock for lock in locks if (root / lock).is_file()}):
+    locks = {_lock_file(stage) for stage in [*plan.data, *plan.refresh, *recorded.ran, *involved]}
+    for path in sorted(produced | set(include) | {lock for lock in locks if (root / lock).is_file()}):
         args += ["--include-untracked", path]
     # One target, already committed (its commit again changes nothing): every stage the run
     # recorded is in dvc.lock by now. Without targets `dvc exp save` commits every stage, and would
@@ -87,7 +97,7 @@ def save(plan: Plan, name: str, root: Path, recorded: Recorded, replace: bool = 
     # new inputs; with each as a target it takes minutes at a thousand stages.
     # (--allow-missing: a stage whose outputs are all here.)
     present = [name for name in plan.wanted if all((root / out).exists() for out in plan.stage(name).outs)]
-    committed = [*plan.data, *plan.refresh, *recorded.ran, *present]
+    committed = [*plan.data, *plan.refresh, *recorded.ran, *present, *plan.sources]
     if not committed:
         raise PipelineError(
             "nothing ran, and no stage the run involves has its outputs here (--allow-missing): no experiment "

@@ -189,7 +189,7 @@ def code_of_run(
     if pipeline is None:
         check_workflow_loads(root, profile, snakemake_args)
     else:  # read as the run will read it, changing nothing: one that cannot run fails here
-        dry_run(pipeline.overrides, root, pipeline.resources_file, pipeline.targets)
+        dry_run(pipeline.overrides, root, pipeline.resources_file, pipeline.selection())
     outputs = earlier_outputs(root)
     commit, tree = freeze(root, f"snakedvc run {run_id} ({name}): the code as submitted", outputs)
     return commit, tree, outputs

@@ -1,0 +1,212 @@
+"""`snakedvc exp run` against `dvc exp run` on the shapes public projects have: a pipeline in a
+subfolder, a params file -S creates, targets given as paths, DVC's stage-selection options and its
+one-line errors. Each test runs DVC in one clone and the kit in another, and compares what DVC keeps
+(the experiment commit's files, dvc.lock, the outputs)."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.conftest import git
+from tests.test_dvc_pipeline import clone, dvc, dvc_project, experiment_rev, snakedvc
+
+pytestmark = pytest.mark.slow
+
+RUNNERS = {"dvc": dvc, "kit": snakedvc}
+
+
+def tree(repo: Path, name: str) -> dict[str, str]:
+    """The experiment commit's files and their blobs."""
+    listing = git(repo, "ls-tree", "-r", experiment_rev(repo, name)).splitlines()
+    return {line.split("\t")[1]: line.split()[2] for line in listing}
+
+
+def both(origin: Path, *args: str, before: tuple[str, ...] = ()) -> dict[str, Path]:
+    """``args`` run by `dvc exp run` in one clone and `snakedvc exp run` in another, after ``before``
+    (a dvc command) in each."""
+    repos = {}
+    for runner, command in RUNNERS.items():
+        repo = clone(origin, f"by-{runner}")
+        if before:
+            dvc(repo, *before)
+        command(repo, "exp", "run", *args)
+        repos[runner] = repo
+    return repos
+
+
+SUBFOLDER = """\
+stages:
+  count:
+    cmd: python3 -c "print(3)" > count.txt
+    outs: [count.txt]
+"""
+
+
+def test_a_pipeline_in_a_subfolder_as_a_path_target_records_its_lock_file_with_nothing_to_run(tmp_path: Path) -> None:
+    """`src/dvc.yaml` as the target (the kit refused it: "target ... is no stage of dvc.yaml"); with
+    nothing to run the experiment holds src/dvc.lock, as DVC's does."""
+    origin = dvc_project(tmp_path / "origin", {"src/dvc.yaml": SUBFOLDER})
+    repos = both(origin, "-n", "again", "src/dvc.yaml", before=("repro", "src/dvc.yaml"))
+    assert tree(repos["kit"], "again") == tree(repos["dvc"], "again")
+    assert "src/dvc.lock" in tree(repos["kit"], "again")
+
+
+def test_a_key_added_with_plus_creates_the_params_file_the_experiment_holds(tmp_path: Path) -> None:
+    """-S +key=1 in a project with no params.yaml: DVC creates it and commits it in the experiment."""
+    pipeline = "stages:\n  echo:\n    cmd: echo hi > out.txt\n    outs: [out.txt]\n"
+    origin = dvc_project(tmp_path / "origin", {"dvc.yaml": pipeline})
+    repos = both(origin, "-n", "added", "-S", "+extra.k=1")
+    assert tree(repos["kit"], "added") == tree(repos["dvc"], "added")
+    assert "params.yaml" in tree(repos["kit"], "added")
+
+
+def test_a_dvc_file_as_the_target_commits_its_changed_data(tmp_path: Path) -> None:
+    """A `dvc add`ed file changed by hand, its .dvc file the target: committed anew, as DVC does."""
+    origin = dvc_project(tmp_path / "origin", {"dvc.yaml": SUBFOLDER})
+    (origin / "raw.txt").write_text("one\n")
+    dvc(origin, "add", "raw.txt")
+    dvc(origin, "remote", "add", "-d", "store", str(tmp_path / "store"))
+    dvc(origin, "push")
+    git(origin, "add", "-A")
+    git(origin, "-c", "user.name=a", "-c", "user.email=a@b", "commit", "-q", "-m", "raw data")
+    repos = {}
+    for runner, command in RUNNERS.items():
+        repo = clone(origin, f"by-{runner}")
+        dvc(repo, "pull", "raw.txt.dvc")
+        (repo / "raw.txt").write_text("two\n")
+        command(repo, "exp", "run", "-n", "data", "raw.txt.dvc")
+        repos[runner] = repo
+    assert tree(repos["kit"], "data") == tree(repos["dvc"], "data")
+    assert (repos["kit"] / "raw.txt.dvc").read_text() == (repos["dvc"] / "raw.txt.dvc").read_text()
+    assert not (repos["kit"] / "count.txt").exists(), "a stage ran that the .dvc target does not involve"
+
+
+CHAIN = """\
+stages:
+  first:
+    cmd: python3 -c "print(${n})" > first.txt
+    params: [n]
+    outs: [first.txt]
+  second:
+    cmd: cat first.txt first.txt > second.txt
+    deps: [first.txt]
+    outs: [second.txt]
+  third:
+    cmd: cat second.txt first.txt > third.txt
+    deps: [second.txt]
+    outs: [third.txt]
+  alone:
+    cmd: python3 -c "print(${n} + 1)" > alone.txt
+    params: [n]
+    outs: [alone.txt]
+"""
+
+
+@pytest.mark.parametrize(
+    "options",
+    [["-s", "second"], ["--downstream", "second"], ["-p", "second"], ["-P"], ["--force-downstream", "third"]],
+    ids=["single-item", "downstream", "pipeline", "all-pipelines", "force-downstream"],
+)
+def test_stage_selection_options_run_what_dvc_runs(tmp_path: Path, options: list[str]) -> None:
+    """DVC's -s, --downstream, -p, -P and --force-downstream (each refused with exit 2 before): after
+    a full run and a change of n, each runs the stages DVC runs: the same dvc.lock and outputs."""
+    origin = dvc_project(tmp_path / "origin", {"params.yaml": "n: 1\n", "dvc.yaml": CHAIN})
+    locks, outputs = {}, {}
+    for runner, command in RUNNERS.items():
+        repo = clone(origin, f"by-{runner}")
+        dvc(repo, "repro")
+        git(repo, "add", "-A")
+        git(repo, "commit", "-q", "-m", "ran")
+        (repo / "params.yaml").write_text("n: 2\n")
+        (repo / "first.txt").write_text("2\n")  # as if first had run: second and third see a change
+        command(repo, "exp", "run", "-n", "picked", *options)
+        locks[runner] = yaml.safe_load((repo / "dvc.lock").read_text())
+        outputs[runner] = {name: (repo / name).read_text() for name in ("second.txt", "third.txt", "alone.txt")}
+    assert locks["kit"] == locks["dvc"]
+    assert outputs["kit"] == outputs["dvc"]
+
+
+def test_a_message_and_a_bad_set_param_are_as_dvcs(tmp_path: Path) -> None:
+    """-m is the experiment commit's message; a -S Hydra cannot parse is one error line and exit 255
+    (it printed a 29-line traceback and exited 1); an option DVC has and the kit does not is
+    refused with a sentence, not argparse's exit 2."""
+    origin = dvc_project(tmp_path / "origin", {"params.yaml": "n: 1\n", "dvc.yaml": CHAIN})
+    repos = both(origin, "-n", "said", "-m", "a message of my own", "alone")
+    for repo in repos.values():
+        assert git(repo, "log", "-1", "--format=%s", experiment_rev(repo, "said")).strip() == "a message of my own"
+    kit = repos["kit"]
+    bad = snakedvc(kit, "exp", "run", "-S", "n=[1", check=False)
+    assert bad.returncode == 255 == dvc(kit, "exp", "run", "-S", "n=[1", check=False).returncode
+    assert "Traceback" not in bad.stderr and len(bad.stderr.strip().splitlines()) == 1, bad.stderr
+    assert "no viable alternative at input '[1'" in bad.stderr
+    queued = snakedvc(kit, "exp", "run", "--temp", check=False)
+    assert queued.returncode == 255 and "--temp" in queued.stderr and "snakedvc submit" in queued.stderr
+    assert (kit / "params.yaml").read_text() == "n: 1\n"
+
+
+def test_an_unknown_target_is_dvcs_one_line(tmp_path: Path) -> None:
+    origin = dvc_project(tmp_path / "origin", {"src/dvc.yaml": SUBFOLDER})
+    repo = clone(origin, "by-kit")
+    for target, said in (("nope", "does not exist"), ("src/dvc.yaml:nope", "Stage 'nope' not found")):
+        refused = subprocess.run(
+            [str(Path(snakedvc.__globals__["BIN"]) / "snakedvc"), "exp", "run", target],
+            cwd=repo, capture_output=True, text=True,
+        )  # fmt: skip
+        assert refused.returncode == 255 and said in refused.stderr, refused.stderr
+        assert len(refused.stderr.strip().splitlines()) == 1, refused.stderr
+
+
+# evaluate reads train's model without naming it in deps: DVC runs them in this order, one at a
+# time, so it works there; the kit ran them side by side (FileNotFoundError, or the old model).
+UNDECLARED = """\
+stages:
+  train:
+    cmd: python3 train.py
+    params: [n]
+    outs: [model.txt]
+  evaluate:
+    cmd: python3 evaluate.py
+    params: [n]
+    metrics:
+      - metrics.json:
+          cache: false
+"""
+SCRIPTS = {
+    "train.py": "import time, yaml\ntime.sleep(4)\nopen('model.txt', 'w').write(str(yaml.safe_load(open('params.yaml'))['n']))\n",
+    "evaluate.py": "import json\njson.dump({'m': int(open('model.txt').read())}, open('metrics.json', 'w'))\n",
+}
+
+
+@pytest.mark.parametrize("old_copy", [False, True], ids=["no-model-yet", "an-old-model-present"])
+def test_a_stage_reading_anothers_output_undeclared_gets_dvcs_outcome_and_a_warning(
+    tmp_path: Path, old_copy: bool
+) -> None:
+    origin = dvc_project(tmp_path / "origin", {"params.yaml": "n: 1\n", "dvc.yaml": UNDECLARED, **SCRIPTS})
+    said = {}
+    for runner, command in RUNNERS.items():
+        repo = clone(origin, f"by-{runner}")
+        if old_copy:
+            dvc(repo, "repro")
+        said[runner] = command(repo, "exp", "run", "-n", "read", "-S", "n=2")
+        assert yaml.safe_load((repo / "metrics.json").read_text()) == {"m": 2}, runner
+    kit, by_dvc = tmp_path / "by-kit", tmp_path / "by-dvc"
+    assert yaml.safe_load((kit / "dvc.lock").read_text()) == yaml.safe_load((by_dvc / "dvc.lock").read_text())
+    assert tree(kit, "read") == tree(by_dvc, "read")
+    warning = said["kit"].stderr
+    assert "stage 'evaluate' reads model.txt, which stage 'train' writes, without naming it in its deps" in warning
+    assert "it ran again after 'train'" in warning and "deps: - model.txt" in warning
+
+
+def test_one_at_a_time_runs_the_stages_in_dvcs_order_with_nothing_to_run_again(tmp_path: Path) -> None:
+    """snakedvc.yaml's one_at_a_time: evaluate waits for train, so it reads the new model first time."""
+    files = {"params.yaml": "n: 1\n", "dvc.yaml": UNDECLARED, "snakedvc.yaml": "one_at_a_time: true\n", **SCRIPTS}
+    repo = clone(dvc_project(tmp_path / "origin", files), "by-kit")
+    ran = snakedvc(repo, "exp", "run", "-n", "serial", "-S", "n=2")
+    assert yaml.safe_load((repo / "metrics.json").read_text()) == {"m": 2}
+    assert "ran again" not in ran.stderr and not list((repo / ".snakedvc").rglob("deferred"))
+    # It read the model after train finished: right this time, still undeclared: said all the same.
+    assert "stage 'evaluate' reads model.txt, which stage 'train' writes, without naming it" in ran.stderr
