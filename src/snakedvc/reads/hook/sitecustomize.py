@@ -53,7 +53,7 @@ def _install():
 def _chain():
     """The sitecustomize.py this one shadows (Debian ships one), loaded as Python would have."""
     here = os.path.dirname(os.path.abspath(__file__))
-    del sys.modules["sitecustomize"]
+    this = sys.modules.pop("sitecustomize", None)
     saved = sys.path[:]
     sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.curdir) != here]
     try:
@@ -62,6 +62,9 @@ def _chain():
         pass
     finally:
         sys.path[:] = saved
+        # Python's import of this module takes it back out of sys.modules once it has run.
+        if this is not None:
+            sys.modules["sitecustomize"] = this
 
 
 _install()
