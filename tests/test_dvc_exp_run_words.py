@@ -210,3 +210,39 @@ def test_one_at_a_time_runs_the_stages_in_dvcs_order_with_nothing_to_run_again(t
     assert "ran again" not in ran.stderr and not list((repo / ".snakedvc").rglob("deferred"))
     # It read the model after train finished: right this time, still undeclared: said all the same.
     assert "stage 'evaluate' reads model.txt, which stage 'train' writes, without naming it" in ran.stderr
+
+
+# A stage whose output differs each run (a clock): a restore from DVC's run cache shows in the bytes.
+CLOCKED = """\
+stages:
+  stamp:
+    cmd: python3 -c "import time; print(${n}, time.time_ns())" > stamp.txt && echo ran >> runs.log
+    params: [n]
+    outs: [stamp.txt]
+  follow:
+    cmd: cat stamp.txt stamp.txt > follow.txt && echo ran >> runs.log
+    deps: [stamp.txt]
+    outs: [follow.txt]
+"""
+
+
+def test_going_back_to_an_earlier_setting_restores_from_dvcs_run_cache(tmp_path: Path) -> None:
+    """n=1, n=2, then n=1 again: DVC restores both stages' outputs from its run cache and runs
+    nothing (the kit ran them again, and recorded new bytes); the kit does the same."""
+    origin = dvc_project(tmp_path / "origin", {"params.yaml": "n: 1\n", "dvc.yaml": CLOCKED})
+    kept = {}
+    for runner, command in RUNNERS.items():
+        repo = clone(origin, f"by-{runner}")
+        command(repo, "exp", "run", "-n", "one")
+        first = (repo / "stamp.txt").read_text()
+        command(repo, "exp", "run", "-n", "two", "-S", "n=2")
+        said = command(repo, "exp", "run", "-n", "back", "-S", "n=1")
+        assert (repo / "stamp.txt").read_text() == first, f"{runner}: stamp.txt not restored"
+        assert (repo / "runs.log").read_text().count("ran") == 4, f"{runner}: a stage ran on going back"
+        kept[runner] = (repo, said.stdout + said.stderr)
+    (kit, said), (by_dvc, _) = kept["kit"], kept["dvc"]
+    assert "Stage 'stamp' is cached - skipping run, checking out outputs" in said
+    assert yaml.safe_load((kit / "dvc.lock").read_text())["stages"]["follow"]["outs"] is not None
+    assert tree(kit, "back").keys() == tree(by_dvc, "back").keys()
+    forced = snakedvc(kit, "exp", "run", "-f", "-n", "forced")  # -f runs, as DVC's -f
+    assert "is cached" not in forced.stderr and (kit / "runs.log").read_text().count("ran") == 6

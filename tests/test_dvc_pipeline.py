@@ -156,7 +156,14 @@ def test_exp_run_records_what_dvc_exp_run_records(project: Path) -> None:
     by_dvc, by_kit = clone(project, "by-dvc"), clone(project, "by-kit")
     dvc(by_dvc, "exp", "run", "-S", "train.lr=0.3", "-S", "more.yaml:scale=3", "-n", "same")
     out = snakedvc(by_kit, "exp", "run", "-S", "train.lr=0.3", "-S", "more.yaml:scale=3", "-n", "same")
-    assert out.stdout.strip() == "same"
+    assert out.stdout.splitlines()[-2:] == [
+        "Ran experiment(s): same",
+        "Experiment results have been applied to your workspace.",
+    ]
+    assert (
+        "stage_train" not in out.stdout + out.stderr and "Building DAG" not in out.stdout + out.stderr
+    )  # no Snakemake
+    assert "featurize@a| " in out.stdout or "Running stage 'featurize@a':" in out.stdout  # side by side: prefixed
     assert outputs(by_kit) == outputs(by_dvc) and len(outputs(by_kit)) == 8
     # The same bytes, entries in DVC's order though the batches commit them as their jobs end; and
     # DVC's commit message, whose hash is of the recorded stages' lock entries.
@@ -180,9 +187,10 @@ def test_exp_run_records_what_dvc_exp_run_records(project: Path) -> None:
     # whose input train then changes).
     # Nothing changed: no job runs, and the experiment is saved all the same, as `dvc exp run` saves one.
     ran = len(list((by_kit / ".snakedvc/pipeline").glob("*/ran/*")))
-    again = snakedvc(by_kit, "exp", "run").stdout.strip()
+    by_kit_again = re.search(r"Ran experiment\(s\): (\S+)", snakedvc(by_kit, "exp", "run").stdout)
     by_dvc_again = re.search(r"Ran experiment\(s\): (\S+)", dvc(by_dvc, "exp", "run").stdout)
-    assert by_dvc_again and again not in ("same", "")
+    assert by_dvc_again and by_kit_again and by_kit_again[1] != "same"
+    again = by_kit_again[1]
     assert experiment(by_kit, again) == experiment(by_dvc, by_dvc_again[1]) == experiment(by_kit, "same")
     assert len(list((by_kit / ".snakedvc/pipeline").glob("*/ran/*"))) == ran  # no stage ran
     assert git(by_kit, "status", "--porcelain") == git(by_dvc, "status", "--porcelain")
@@ -290,7 +298,8 @@ def test_a_failing_stage_names_itself_and_keeps_the_stages_before_it(project: Pa
     (repo / "params.yaml").write_text(yaml.safe_dump({**PARAMS, "train": {"lr": "oops", "epochs": 3}}))
     proc = snakedvc(repo, "exp", "run", check=False)
     assert proc.returncode == 255  # as dvc exp run exits on an error
-    assert "Error in rule stage_train" in proc.stdout + proc.stderr
+    assert "Error in rule stage_train" not in proc.stdout + proc.stderr  # Snakemake's lines only with -v
+    assert "Running stage 'train':" in proc.stdout and "> python3 -c" in proc.stdout  # as DVC shows a stage
     log = re.search(r"stage 'train' failed: its log is (\S+) ", proc.stderr)
     assert log and "oops" in (repo / log.group(1)).read_text(), proc.stderr  # the command's own error
     assert "its command: python3 -c" in proc.stderr
@@ -339,7 +348,8 @@ def test_exp_run_on_the_test_cluster_runs_a_job_per_stage(project: Path, slurm_c
     by_dvc, by_kit = clone(project, "by-dvc"), clone(project, "by-kit")
     changes = ["-S", "train.lr=0.3", "-S", "more.yaml:scale=3"]  # both params files
     dvc(by_dvc, "exp", "run", *changes, "-n", "cluster")
-    proc = snakedvc(by_kit, "exp", "run", "--profile", "slurm", *changes, "-n", "cluster")  # the kit's profile
+    # The kit's profile; -v: Snakemake's lines, which name the jobs
+    proc = snakedvc(by_kit, "exp", "run", "-v", "--profile", "slurm", *changes, "-n", "cluster")
     # One SLURM job per stage and per foreach/matrix item; the commits ran on the submit host.
     jobs = slurm_jobs_by_rule(proc.stdout + proc.stderr)
     assert sorted(jobs) == sorted(
@@ -453,8 +463,9 @@ def test_a_stage_sees_what_dvc_exp_run_gives_it_and_errors_are_dvcs(tmp_path: Pa
 
     # No -n: DVC's kind of random name, chosen before the stage ran, the one the experiment gets.
     (unnamed,) = both("-S", "train.lr=0.3")[1:]
-    name = unnamed.stdout.strip()
-    assert re.fullmatch(r"[a-z]+-[a-z]+", name), unnamed.stdout
+    said = re.search(r"Ran experiment\(s\): (\S+)", unnamed.stdout)
+    assert said and re.fullmatch(r"[a-z]+-[a-z]+", said[1]), unnamed.stdout
+    name = said[1]
     assert (by_kit / "out/deep/seen.txt").read_text() == f"7||{name}|{head}|root\n"
     assert experiment(by_kit, name)["params"]["params.yaml"]["data"]["train"]["lr"] == 0.3
 
@@ -562,7 +573,7 @@ def test_a_stage_whose_inputs_came_out_unchanged_is_skipped_at_run_time(tmp_path
     out = snakedvc(by_kit, "exp", "run", "-n", "rounded", "-S", "n=2.2")
     assert (by_dvc / "runs.txt").read_text() == "prepare\n"
     assert (by_kit / "runs.txt").read_text() == "prepare\n", out.stderr
-    assert "Stage 'featurize' didn't change, skipping" in out.stderr
+    assert "Stage 'featurize' didn't change, skipping" in out.stdout  # the job's line, as DVC's console has it
     assert (by_kit / "dvc.lock").read_text() == (by_dvc / "dvc.lock").read_text()
     assert experiment(by_kit, "rounded") == experiment(by_dvc, "rounded")
     # A change that does reach them: both run, in both runners.

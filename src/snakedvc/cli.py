@@ -68,10 +68,6 @@ EXP_ERROR_EXIT = 255
 # dvc exp run's options the kit has no equivalent of yet, and why: refused with DVC's exit code.
 EXP_RUN_REFUSED = {
     "interactive": "-i asks before each stage, and the kit's stages run side by side as jobs",
-    "queue": "--queue: DVC's experiment queue is not part of snakedvc exp run yet; run one "
-    "`snakedvc submit -S ...` per experiment (each a detached run, its stages SLURM jobs with --profile slurm)",
-    "run_all": "--run-all runs DVC's queue, which snakedvc exp run does not keep yet",
-    "jobs": "-j is the number of DVC queue workers, which snakedvc exp run does not keep yet",
     "temp": "--temp: a run in a folder of its own is `snakedvc submit` (a workspace of its own per run)",
     "copy_paths": "-C copies paths into --temp or --queue folders (snakedvc submit --share links them)",
     "ignore_errors": "--ignore-errors: a failed stage fails the run (-k goes on with the stages that do not need it)",
@@ -80,6 +76,7 @@ EXP_RUN_REFUSED = {
 
 def cmd_exp_run(args: argparse.Namespace) -> None:
     from snakedvc.engine.dvcpipeline import ExpRunOptions, dry_run, exp_run
+    from snakedvc.engine.dvcpipeline.console import QUIET, STAGES, VERBOSE
 
     for option, why in EXP_RUN_REFUSED.items():
         if getattr(args, option):
@@ -89,6 +86,11 @@ def cmd_exp_run(args: argparse.Namespace) -> None:
         args.single_item, args.pipeline, args.all_pipelines, args.downstream, args.force_downstream,
         args.keep_going, args.message or "", args.no_hydra, args.one_at_a_time,
     )  # fmt: skip
+    if args.queue or args.run_all:
+        return _exp_run_queue(args, options)
+    if args.jobs is not None:
+        raise ValueError("-j is the number of queued experiments run at a time: with --run-all (or `snakedvc "
+                         "queue start -j N`)")  # fmt: skip
     if args.remote:  # a detached run there: what `snakedvc submit --remote` sends for a dvc.yaml
         sent_options = ExpRunOptions(options.overrides, options.resources_file, options.targets, options.pull,
                                      options.allow_missing)  # fmt: skip
@@ -116,8 +118,76 @@ def cmd_exp_run(args: argparse.Namespace) -> None:
         )
         return
 
-    saved = exp_run(args.profile, options, args.name or "", args.snakemake_args, force=args.force)
-    print(saved)
+    console = VERBOSE if args.verbose else QUIET if args.quiet else STAGES
+    saved = exp_run(args.profile, options, args.name or "", args.snakemake_args, force=args.force, console=console)
+    if not args.quiet:  # DVC's closing lines
+        print(f"\nRan experiment(s): {saved}\nExperiment results have been applied to your workspace.")
+
+
+def _exp_run_queue(args: argparse.Namespace, options: Any) -> None:
+    """`exp run --queue`: each experiment (one per point of a -S sweep) a detached run waiting in the
+    queue; `--run-all [-j N]`: the queue started, as `snakedvc queue start -j N`."""
+    from dataclasses import replace
+
+    from snakedvc.engine.dvcpipeline import pipeline_profile
+    from snakedvc.engine.dvcpipeline.save import random_experiment_name
+    from snakedvc.engine.runs import repository_root, submit
+    from snakedvc.engine.runs.queue import start, sweeps
+
+    root = repository_root(".")
+    if args.run_all:
+        for run in start(root, args.jobs or 1):
+            print(f"Started experiment '{run.name}' (run {run.id}); `snakedvc queue status` shows the queue")
+        return
+    if args.remote or args.dry:
+        raise ValueError("--queue keeps the experiments here, to run with `snakedvc queue start`: without "
+                         "--remote and --dry")  # fmt: skip
+    profile = str(pipeline_profile(args.profile, root))
+    points = sweeps(options.overrides)
+    for index, overrides in enumerate(points):
+        name = args.name or ""
+        name = f"{name}-{index + 1}" if name and len(points) > 1 else name or random_experiment_name(root)
+        run = submit(
+            profile, list(args.snakemake_args), name=name, pipeline=replace(options, overrides=overrides),
+            replace=args.force, queued=True,
+        )  # fmt: skip
+        if len(points) > 1:
+            print(f"Queueing with overrides '{list(overrides)}'.")
+        print(f"Queued experiment '{run.name}' for future execution.")
+
+
+def cmd_queue(args: argparse.Namespace) -> None:
+    from snakedvc.engine.runs import cancel, find_run, follow, repository_root
+    from snakedvc.engine.runs.queue import remove, start, status, stop
+
+    root = repository_root(".")
+    if args.action == "start":
+        started = start(root, args.jobs)
+        print(f"Queue started, {args.jobs} experiment(s) at a time; started now: "
+              f"{', '.join(run.name for run in started) or 'none'}")  # fmt: skip
+    elif args.action == "stop":
+        stop(root)
+        print("Queue stopped: no queued experiment starts; the running ones finish (`snakedvc queue kill` stops one)")
+    elif args.action == "status":
+        rows = status(root)
+        print(f"{'Task':<22}{'Name':<26}{'Created':<20}Status")
+        for row in rows:
+            print(f"{row['run']:<22}{row['name']:<26}{row['created']:<20}{row['status']}")
+        if not rows:
+            print("No experiments in the queue: snakedvc exp run --queue -S ... adds one")
+    elif args.action == "logs":
+        run = find_run(root, args.name)
+        for line in (
+            follow(run.log, run, poll=1.0) if args.follow else [run.log.read_text() if run.log.is_file() else ""]
+        ):
+            print(line, end="")
+    elif args.action == "kill":
+        for name in args.names:
+            run = cancel(find_run(root, name))
+            print(f"{run.name}: {run.state}")
+    elif args.action == "remove":
+        removed = remove(root, args.names, args.all, args.queued, args.success, args.failed)
+        print(f"Removed experiments in queue: {', '.join(removed) or 'none'}")
 
 
 def cmd_sweep_promote(args: argparse.Namespace) -> None:
@@ -524,9 +594,12 @@ def _add_exp_run(step: Step) -> None:
     p.add_argument("--remote", metavar="NAME",
                    help="run it on that cluster over SSH, detached (snakedvc submit --remote): prints the run id")  # fmt: skip
     # dvc exp run's options the kit refuses (EXP_RUN_REFUSED says why): taken, so the refusal is a sentence.
-    for flags in (["-i", "--interactive"], ["--queue"], ["--run-all"], ["--temp"], ["--ignore-errors"]):
+    p.add_argument("--queue", action="store_true",
+                   help="add it to the queue (one per point of a -S sweep: lr=0.1,0.2), run by snakedvc queue start")  # fmt: skip
+    p.add_argument("--run-all", action="store_true", help="start the queue (snakedvc queue start)")
+    p.add_argument("-j", "--jobs", type=int, help="with --run-all: queued experiments run at a time")
+    for flags in (["-i", "--interactive"], ["--temp"], ["--ignore-errors"]):
         p.add_argument(*flags, action="store_true", help=argparse.SUPPRESS)
-    p.add_argument("-j", "--jobs", type=int, help=argparse.SUPPRESS)
     p.add_argument("-C", "--copy-paths", action="append", help=argparse.SUPPRESS)
     p.add_argument(
         "targets", nargs="*", metavar="TARGETS",
@@ -590,6 +663,23 @@ def _add_run_commands(step: Step) -> None:
 
     _add_remote_commands(step)
 
+    p = step("queue", cmd_queue, "DVC's experiment queue (snakedvc exp run --queue), each experiment a detached run")
+    actions = p.add_subparsers(dest="action", required=True, metavar="ACTION")
+    q = actions.add_parser("start", help="run the queue, -j experiments at a time (each ending starts the next)")
+    q.add_argument("-j", "--jobs", type=int, default=1, help="experiments at a time (default 1)")
+    actions.add_parser("stop", help="start no more queued experiments; the running ones finish")
+    actions.add_parser("status", help="the queued, running and finished experiments of the queue")
+    q = actions.add_parser("logs", help="an experiment's log (its run's controller log)")
+    q.add_argument("name")
+    q.add_argument("-f", "--follow", action="store_true", help="follow until it ends")
+    q = actions.add_parser("kill", help="stop running experiments (snakedvc cancel)")
+    q.add_argument("names", nargs="+", metavar="NAME")
+    q = actions.add_parser("remove", help="remove queued or finished experiments from the queue")
+    q.add_argument("names", nargs="*", metavar="NAME")
+    for flag, what in (("--all", "every one not running"), ("--queued", "those not started"),
+                       ("--success", "those that succeeded"), ("--failed", "those that failed")):  # fmt: skip
+        q.add_argument(flag, action="store_true", help=what)
+
     remote_help = "on that remote, over SSH (snakedvc remote add)"
     p = step("runs", cmd_runs, "list submitted runs")
     p.add_argument("--json", action="store_true", help="machine-readable")
@@ -628,6 +718,20 @@ def _activate_own_environment() -> None:
         os.environ["PATH"] = os.pathsep.join(filter(None, [bindir, os.environ.get("PATH", "")]))
 
 
+def _exp_run_logging(quiet: bool, verbose: bool) -> None:
+    """exp run's terminal: the kit's notes with -v (and DVC's debug lines), errors alone with -q,
+    else warnings, in DVC's shape ("WARNING: ...")."""
+    root = logging.getLogger()
+    for handler in root.handlers:  # DVC prints its own records through its own handlers: once, not twice
+        handler.addFilter(lambda record: not logging.getLogger(record.name.partition(".")[0]).handlers)
+    if verbose:
+        root.setLevel(logging.DEBUG)
+        return
+    root.setLevel(logging.ERROR if quiet else logging.WARNING)
+    for handler in root.handlers:
+        handler.setFormatter(logging.Formatter("%(levelname)s: %(message)s"))
+
+
 def main(argv: list[str] | None = None) -> int:
     from snakedvc.engine.config import ConfigError
     from snakedvc.engine.init import InitError
@@ -646,8 +750,8 @@ def main(argv: list[str] | None = None) -> int:
     _activate_own_environment()
     args.snakemake_args = getattr(args, "snakemake_args", passed_on)
     _setup_logging(getattr(args, "log", None))
-    if getattr(args, "quiet", False) or getattr(args, "verbose", False):  # exp run's -q and -v, as DVC's
-        logging.getLogger().setLevel(logging.ERROR if args.quiet else logging.DEBUG)
+    if args.command == "exp" and not getattr(args, "log", None):  # DVC's console: its words, not the kit's notes
+        _exp_run_logging(args.quiet, args.verbose)
     try:
         args.func(args)
     except (ConfigError, DecisionLogError, FileNotFoundError, InitError, RunError, TrackingError, ValueError) as error:

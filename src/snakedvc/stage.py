@@ -97,8 +97,8 @@ def run_stage(
     root = Path(root).resolve()
     if decision is not None:
         word, _, why = wait_for_decision(root / decision).partition(" ")
-        if word == "skip":
-            log.info("Stage '%s' didn't change, skipping", name)
+        if word == "skip":  # DVC's line, plain: `snakedvc exp run` shows the job's log as DVC's console
+            print(f"Stage '{name}' didn't change, skipping", flush=True)
             return 0
         if word == "defer":  # a stage it needs runs again: so does it, after that one
             log.info("stage %s: %s", name, why)
@@ -119,8 +119,9 @@ def run_stage(
     if audit is not None:
         env = audit.environment(env)
     code = 0
+    print(f"Running stage '{name}':", flush=True)
     for command in commands:
-        log.info("stage %s: > %s", name, command)
+        print(f"> {command}", flush=True)
         argv = shell_command(command)
         if layout:
             argv = launch.here(layout, argv)

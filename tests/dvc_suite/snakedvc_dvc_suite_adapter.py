@@ -32,8 +32,7 @@ from dvc.repo.experiments import Experiments
 from dvc.repo.experiments.exceptions import ExperimentExistsError
 
 # Options of Repo.reproduce the kit's runner takes as `dvc repro` does (False/None: not asked).
-# run_cache (on by default in `dvc repro`): the kit runs a stage where DVC might restore its
-# outputs from the run cache; the bytes are the same, and a test of the run cache itself fails.
+# run_cache: the kit restores a changed stage's outputs from DVC's run cache, as dvc repro does.
 TAKEN = {"force", "interactive", "dry", "run_cache", "pull", "allow_missing", "force_downstream"}
 # DVC's stage selection, which the kit's runner takes as DVC's (dvcpipeline.Selection).
 SELECTION = ("recursive", "single_item", "pipeline", "all_pipelines", "downstream", "glob")
@@ -103,6 +102,7 @@ def kit_reproduce(
     def planned(rerun: Any = ()) -> Any:
         missing = dataclasses.replace(_missing(kwargs), rerun=tuple(rerun))
         plan = dvcpipeline.read_plan(root, folder, targets=select, force=bool(kwargs.get("force")), missing=missing)
+        plan = dataclasses.replace(plan, run_cache=plan.run_cache and kwargs.get("run_cache", True))
         return dataclasses.replace(plan, changed=plan.run) if kwargs.get("force_downstream") else plan
 
     with _dvc_errors():

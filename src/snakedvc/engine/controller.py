@@ -79,7 +79,8 @@ class Controller:
             command = [*python_module("snakemake"), "--profile", run.profile, *run.snakemake_args]
         else:  # a DVC pipeline; exp run takes DVC's lock and its own, and leaves Snakemake's alone
             command = [
-                *python_module("snakedvc"), "exp", "run", "--profile", run.profile, "-n", run.name,
+                # -v: Snakemake's lines in the run's log, which this controller reads
+                *python_module("snakedvc"), "exp", "run", "-v", "--profile", run.profile, "-n", run.name,
                 *run.exp_run_args, "--", *run.snakemake_args,
             ]  # fmt: skip
         say("running: " + " ".join(command))
@@ -129,7 +130,22 @@ class Controller:
         )
         for line in describe_failure(self.run.reason):
             say(line.strip())
+        if self.run.queued:  # its slot is free: the queue's next experiment starts
+            self._start_next_queued()
         return 0 if state == "done" else 1
+
+    def _start_next_queued(self) -> None:
+        from snakedvc.engine.runs.queue import start_next
+
+        # The next controller is a new job, not a step of this one (SLURM's variables of this job out).
+        clean = slurm.without_job_environment(os.environ)
+        os.environ.clear()
+        os.environ.update(clean)
+        try:
+            for run in start_next(Path(self.run.root)):
+                say(f"queue: started {run.name} (run {run.id})")
+        except (RunError, OSError) as error:  # the queue waits for `snakedvc queue start`
+            say(f"queue: the next experiment could not start: {error}")
 
     def _environment(self) -> dict[str, str]:
         env = slurm.without_job_environment(os.environ)

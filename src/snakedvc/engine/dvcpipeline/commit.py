@@ -97,6 +97,7 @@ class Bookkeeper:
         self.deferred: dict[str, dict[str, str]] = {}
         self.undeclared: dict[str, dict[str, str]] = {}  # every undeclared read seen, for the warning
         self._reran: set[str] = set()
+        self.restored: list[str] = []  # stages whose outputs came from DVC's run cache: recorded, not run
 
     def __enter__(self) -> Bookkeeper:
         from dvc.repo import Repo
@@ -159,12 +160,45 @@ class Bookkeeper:
 
     def commit_unrun(self) -> None:
         """What `dvc repro` records without running it, before any job (the jobs read them):
-        `dvc add`ed data that changed, frozen stages that changed."""
+        `dvc add`ed data that changed, frozen stages that changed; then the stages that start
+        the run (none of their upstream stages runs) whose outputs DVC's run cache has for their
+        inputs: restored, as `dvc repro` restores them, and not run."""
         for source in self.plan.data:
             log.info("%s changed: committed anew (as dvc repro does)", source)
         for frozen in self.plan.refresh:
             log.info("stage %s is frozen: recorded as it is, not run (as dvc repro does)", frozen)
         self._commit([*self.plan.data, *self.plan.refresh], fail=True)
+        for name in self.plan.changed:
+            if not self.plan.waits(name) and self._restore(name):
+                # Its job's output there before Snakemake starts: no job runs it, and the stages
+                # after it find it finished.
+                marker = self.root / self.plan.ran(name)
+                marker.parent.mkdir(parents=True, exist_ok=True)
+                marker.touch()
+
+    def _restore(self, name: str) -> bool:
+        """DVC's run cache asked for the stage's outputs (``dvc repro``'s restore: the outputs
+        checked out, the stage saved and committed); whether it had them."""
+        if not self.plan.run_cache:
+            return False
+        from dvc.exceptions import DvcException
+        from dvc.repo import lock_repo
+        from dvc.stage.cache import RunCacheNotFoundError
+
+        stage = self._stages[name]
+        with repo_lock(self.root), self._here(), lock_repo(self._repo):
+            try:
+                stage.remove_outs(ignore_remove=False, force=False)
+                self._repo.stage_cache.restore(stage)
+            except RunCacheNotFoundError:
+                return False
+            except DvcException as error:  # a broken cache entry: the stage runs
+                log.warning("stage %s: DVC's run cache could not restore it (%s): it runs", name, error)
+                return False
+        log.info("Stage '%s' is cached - skipping run, checking out outputs", name)  # DVC's words (its log is quieted)
+        self.restored.append(name)
+        self._commit([name])
+        return True
 
     def step(self) -> None:
         """Commit the stages whose jobs finished since the last pass, then tell each waiting stage
@@ -178,7 +212,8 @@ class Bookkeeper:
         self._seen.update(finished)
         try:
             self._read_notes(finished)
-            self._commit([name for name in finished if name not in self.skipped and name not in self.deferred])
+            done = {*self.skipped, *self.deferred, *self.restored}
+            self._commit([name for name in finished if name not in done])
             self._decide()
         except BaseException as error:  # no job waits for a word that will never come
             self.stop_waiting(f"the run's bookkeeping failed: {error!r}")
@@ -284,7 +319,7 @@ class Bookkeeper:
 
     def _must_run(self, name: str) -> bool:
         if name in self.plan.changed:
-            return True
+            return not self._restore(name)
         from dvc.exceptions import DvcException
         from dvc.repo import lock_repo
 
@@ -305,7 +340,7 @@ class Bookkeeper:
         if not changed:
             log.info("Stage '%s' didn't change, skipping", name)
             self.skipped.append(name)
-        return changed
+        return changed and not self._restore(name)
 
     def _tell(self, name: str, word: str) -> None:
         self._decided.add(name)

@@ -74,6 +74,9 @@ class Plan:
     # snakedvc.yaml's one_at_a_time (--one-at-a-time): each stage's job waits for the one before
     # it in DVC's order, as `dvc repro` runs them
     one_at_a_time: bool = False
+    # DVC's run cache: a changed stage whose inputs it has seen gets those outputs back instead
+    # of running, as `dvc repro` restores them (not with -f)
+    run_cache: bool = True
 
     @functools.cached_property
     def _by_name(self) -> dict[str, Stage]:
@@ -101,6 +104,10 @@ class Plan:
     def log(self, name: str) -> str:
         return f"{self.folder}/logs/{self.stage(name).rule}.log"
 
+    def snakemake_log(self) -> str:
+        """Where Snakemake's own lines go unless exp run is verbose (-v)."""
+        return f"{self.folder}/snakemake.log"
+
     def waits_for(self, name: str) -> list[str]:
         """The markers a stage's job waits for: its upstream stages of this run, finished (and
         one at a time, the stage before it in DVC's order)."""
@@ -122,7 +129,7 @@ class Plan:
             stages, tuple(data["run"]), data["folder"], tuple(data["refresh"]), tuple(data.get("wanted", ())),
             tuple(data.get("data", ())), tuple(data.get("changed", ())), tuple(data.get("pulled", ())),
             tuple(data.get("pull_paths", ())), bool(data.get("pull")), bool(data.get("allow_missing")),
-            tuple(data.get("sources", ())), bool(data.get("one_at_a_time")),
+            tuple(data.get("sources", ())), bool(data.get("one_at_a_time")), bool(data.get("run_cache", True)),
         )  # fmt: skip
 
 
@@ -251,6 +258,7 @@ def _read_plan(
     return Plan(
         tuple(stages), tuple(to_run), folder, tuple(refresh), tuple(order), tuple(data), tuple(changed),
         tuple(pulled), tuple(pull_paths), missing.pull, missing.allow, tuple(data_order), single and len(to_run) > 1,
+        not force,
     )  # fmt: skip
 
 

@@ -15,6 +15,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from snakedvc.engine.dvcpipeline.commit import Bookkeeper
+from snakedvc.engine.dvcpipeline.console import QUIET, STAGES, VERBOSE, StageOutput
 from snakedvc.engine.dvcpipeline.plan import (
     PIPELINE_FOLDER,
     Missing,
@@ -88,6 +89,7 @@ def exp_run(
     snakemake_args: Sequence[str] = (),
     root: str | Path = ".",
     force: bool = False,
+    console: str = VERBOSE,
 ) -> str:
     """`dvc exp run`, each stage a Snakemake job: the experiment's name. Where DVC finds nothing to
     run, no job runs and the experiment is saved all the same, as `dvc exp run` saves one. A
@@ -103,7 +105,7 @@ def exp_run(
     with workspace_lock(root):
         if name:
             check_name_is_free(name, root, replace=force)
-        return _exp_run(profile, options, name, snakemake_args, root, force)
+        return _exp_run(profile, options, name, snakemake_args, root, force, console)
 
 
 def prepare_workspace(root: Path, targets: Sequence[str]) -> None:
@@ -179,6 +181,7 @@ def _exp_run(
     snakemake_args: Sequence[str],
     root: Path,
     force: bool = False,
+    console: str = VERBOSE,
 ) -> str:
     folder = f"{PIPELINE_FOLDER}/{new_run_id()}"
     targets = options.selection()
@@ -204,8 +207,10 @@ def _exp_run(
     # As `dvc exp run`: the experiment's name is chosen before any stage runs (DVC's own random
     # name where none is given), and every stage sees it and the baseline in its environment.
     name = name or random_experiment_name(root)
+    if console == STAGES:
+        print(f"Reproducing experiment '{name}'", flush=True)  # DVC's first line
     keep_going = ["--keep-going"] if options.keep_going else []
-    recorded = run_plan(plan, profile, [*keep_going, *snakemake_args], root, experiment_env(name, root))
+    recorded = run_plan(plan, profile, [*keep_going, *snakemake_args], root, experiment_env(name, root), console)
     return save(plan, name, root, recorded, replace=force, message=options.message, include=params_files)
 
 
@@ -239,7 +244,12 @@ def studio_env(root: Path) -> dict[str, str]:
 
 
 def run_plan(
-    plan: Plan, profile: str | None, snakemake_args: Sequence[str], root: Path, env: dict[str, str] | None = None
+    plan: Plan,
+    profile: str | None,
+    snakemake_args: Sequence[str],
+    root: Path,
+    env: dict[str, str] | None = None,
+    console: str = VERBOSE,
 ) -> Recorded:
     """The plan run as `dvc repro` runs it: what changed without running first, then Snakemake's
     jobs, one a stage, while a bookkeeper in this process commits the stages that finish and
@@ -251,10 +261,11 @@ def run_plan(
         # A stage that read a file of another before that one finished (undeclared in its deps)
         # was deferred: the next pass runs it, and what follows it, once the first is done.
         while this_pass is not None:
-            code = run_jobs(this_pass, profile, snakemake_args, root, env, books)
+            code = run_jobs(this_pass, profile, snakemake_args, root, env, books, console)
             if code != 0 or books.failed:
                 books.close()
-                raise PipelineError(failure(this_pass, root, books))
+                said = "" if console == VERBOSE else str(this_pass.snakemake_log())
+                raise PipelineError(failure(this_pass, root, books, said))
             this_pass = books.next_pass()
         books.warn_undeclared()
         return Recorded(tuple(books.committed), tuple(books.skipped), books.experiment_hash())
@@ -273,8 +284,11 @@ def run_jobs(
     root: Path,
     env: dict[str, str] | None,
     books: Bookkeeper,
+    console: str = VERBOSE,
 ) -> int:
-    """Snakemake runs the plan's stages, each a job, with ``books`` stepping beside it; its exit status."""
+    """Snakemake runs the plan's stages, each a job, with ``books`` stepping beside it; its exit
+    status. The stages' own output reaches the terminal as DVC shows it (not QUIET); Snakemake's
+    lines too where ``console`` is VERBOSE, else only the plan's snakemake.log."""
     plan_file = root / plan.folder / "plan.json"
     plan.save(plan_file)
     command = [
@@ -288,17 +302,32 @@ def run_jobs(
     # A process group of its own: a stop reaches Snakemake and its local jobs as a terminal's
     # Ctrl-C would (Snakemake's local executor waits for its jobs; SLURM jobs it scancels),
     # whether this process got a Ctrl-C or a controller's SIGINT.
-    snakemake = subprocess.Popen(command, cwd=root, env={**os.environ, **(env or {})}, start_new_session=True)
+    with contextlib.ExitStack() as stack:
+        quiet = console != VERBOSE
+        said = stack.enter_context(open(root / plan.snakemake_log(), "ab")) if quiet else None
+        stream = StageOutput(plan, root) if console != QUIET else None
+        snakemake = subprocess.Popen(
+            command, cwd=root, env={**os.environ, **(env or {})}, start_new_session=True, stdout=said,
+            stderr=subprocess.STDOUT if quiet else None,
+        )  # fmt: skip
+        return _follow(snakemake, books, stream)
+
+
+def _follow(snakemake: subprocess.Popen[bytes], books: Bookkeeper, stream: StageOutput | None) -> int:
     try:
         with sigterm_interrupts():  # a SIGTERM (a local run's forced stop) stops Snakemake as Ctrl-C does
             while snakemake.poll() is None:
                 books.step()
+                if stream is not None:
+                    stream.pump()
                 time.sleep(BOOKKEEPING_POLL_S)
     except BaseException:  # Ctrl-C, a cancel: Snakemake and its jobs stop too
         books.stop_waiting("snakedvc exp run is stopping")
         stop_group(snakemake)
         raise
     books.step()  # the stages that finished since the last pass
+    if stream is not None:
+        stream.drain()
     return snakemake.returncode
 
 

@@ -50,7 +50,7 @@ class Recorded:
     experiment_hash: str = ""
 
 
-def failure(plan: Plan, root: Path, books: Bookkeeper) -> str:
+def failure(plan: Plan, root: Path, books: Bookkeeper, snakemake_log: str = "") -> str:
     """What a failed run says: the stages that failed, with their logs; what dvc.lock kept."""
     failed = [s for s in plan.run if (root / plan.log(s)).exists() and not (root / plan.ran(s)).exists()]
     said = [
@@ -60,7 +60,7 @@ def failure(plan: Plan, root: Path, books: Bookkeeper) -> str:
     said += [f"stage {s!r} ran, but DVC cannot record it: {why}" for s, why in books.failed.items()]
     where = "; ".join(said) or "the pipeline failed"
     return (
-        f"{where} (Snakemake's messages above say more). "
+        f"{where} (Snakemake's messages {'in ' + snakemake_log if snakemake_log else 'above'} say more). "
         f"Committed to dvc.lock: {', '.join(books.committed) or 'no stage'}; no experiment was saved"
     )
 

@@ -78,6 +78,7 @@ class Run:
     # a Snakemake workflow.
     exp_run_args: list[str] | None = None
     replace: bool = False  # submit --replace: the run may replace an experiment of its name
+    queued: bool = False  # an experiment of DVC's queue (exp run --queue): started by the queue (runs/queue.py)
 
     @property
     def dir(self) -> Path:

@@ -85,6 +85,8 @@ def state_and_why(run: Run) -> tuple[str, str]:
     """(state, why): why says what "unknown" rests on (SLURM's error), "" otherwise."""
     if run.state not in ACTIVE_STATES:
         return run.state, ""
+    if run.queued and run.attempt == 0:  # waiting in the queue: no controller yet
+        return run.state, ""
     if run.slurm and _silent_slurm and time.monotonic() - _silent_slurm[-1][0] < SILENCE_REMEMBERED_S:
         said = _silent_slurm[-1][1]
     else:

@@ -157,8 +157,9 @@ def check_out_outputs(workspace: Path) -> None:
             [*python_module("dvc"), "checkout", "--quiet"],
             cwd=workspace, capture_output=True, text=True, env={**os.environ, "DVC_NO_ANALYTICS": "1"},
         )  # fmt: skip
-    if proc.returncode != 0:  # outputs missing from the cache: their stages run again
-        print(f"snakedvc submit: note: {proc.stderr.strip() or proc.stdout.strip()}", file=sys.stderr)
+    said = proc.stderr.strip() or proc.stdout.strip()
+    if proc.returncode != 0 and said:  # outputs missing from the cache: their stages run again
+        print(f"snakedvc submit: note: {said}", file=sys.stderr)
 
 
 def check_run_name(name: str, root: Path, replace: bool) -> None:
@@ -204,8 +205,10 @@ def submit(
     pipeline: ExpRunOptions | None = None,
     replace: bool = False,
     sent: SentCode | None = None,
+    queued: bool = False,
 ) -> Run:
     """Freeze the working tree, make the run's workspace and start its controller; returns the run.
+    ``queued``: an experiment of DVC's queue: its controller is started by the queue (runs/queue.py).
     ``pipeline``: a DVC pipeline's run (`snakedvc exp run` in the workspace, with these -S,
     --resources and targets); None: a Snakemake workflow's. ``sent``: code submitted from
     another machine (`submit --remote` there): its frozen commit instead of this working tree, its
@@ -213,7 +216,7 @@ def submit(
     experiment pushed to the remotes at the end."""
     root = repository_root(cwd)
     if sent is None:
-        return _submit(root, profile, snakemake_args, name, share, pipeline, replace, None)
+        return _submit(root, profile, snakemake_args, name, share, pipeline, replace, None, queued)
     # The first try of a submission sent again can still be running here: sshd does not stop a
     # command when its client's connection drops. One try of a run id at a time: the second
     # waits for the first, then adopts what it made.
@@ -234,6 +237,7 @@ def _submit(
     pipeline: ExpRunOptions | None,
     replace: bool,
     sent: SentCode | None,
+    queued: bool = False,
 ) -> Run:
     baseline = head_commit(root) if sent is None else git(root, "rev-parse", "--verify", sent.commit + "^")
     run_id = new_run_id() if sent is None else sent.run_id
@@ -250,7 +254,7 @@ def _submit(
     run = Run(
         id=run_id, name=name, root=str(root), commit=commit, baseline=baseline, profile=profile,
         snakemake_args=list(snakemake_args), slurm=on_slurm, created=time.time(),
-        exp_run_args=None if pipeline is None else pipeline.args(), replace=replace,
+        exp_run_args=None if pipeline is None else pipeline.args(), replace=replace, queued=queued,
     )  # fmt: skip
     run.dir.mkdir(parents=True)
     try:
@@ -263,7 +267,7 @@ def _submit(
         if sent is not None:  # its results go home through the remotes (snakedvc pull --remote)
             run.environment = {**run.environment, EXPERIMENT_PUSH_ENV: "1"}
         run.save()
-        return start_controller(run, job)
+        return run if queued else start_controller(run, job)
     except BaseException:
         remove_workspace(run)
         shutil.rmtree(run.dir, ignore_errors=True)
