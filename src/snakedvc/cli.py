@@ -732,13 +732,20 @@ def _exp_run_logging(quiet: bool, verbose: bool) -> None:
         handler.setFormatter(logging.Formatter("%(levelname)s: %(message)s"))
 
 
-def main(argv: list[str] | None = None) -> int:
+def _user_errors() -> tuple[type[BaseException], ...]:
+    """The errors a command reports in one line (imported when one happens: a stage's job starts
+    the CLI once per stage, and these modules take a quarter of a second to import)."""
     from snakedvc.engine.config import ConfigError
     from snakedvc.engine.init import InitError
     from snakedvc.engine.runs import RunError
     from snakedvc.engine.sweep.decisions import DecisionLogError
     from snakedvc.engine.tracking import TrackingError
 
+    # PipelineError (dvc.yaml) is a ValueError.
+    return (ConfigError, DecisionLogError, FileNotFoundError, InitError, RunError, TrackingError, ValueError)
+
+
+def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     passed_on = []  # `exp run ... -- ARGS`: ARGS go to Snakemake (argparse cannot split them from TARGETS)
     start = 2 if argv[:1] == ["-C"] else 0
@@ -754,13 +761,15 @@ def main(argv: list[str] | None = None) -> int:
         _exp_run_logging(args.quiet, args.verbose)
     try:
         args.func(args)
-    except (ConfigError, DecisionLogError, FileNotFoundError, InitError, RunError, TrackingError, ValueError) as error:
-        # PipelineError (dvc.yaml) is a ValueError. One line, as DVC's "ERROR: ..." (the log file too).
+    except KeyboardInterrupt:  # Ctrl-C or a cancel's SIGINT: what ran is said above; no traceback
+        print(f"snakedvc {args.command}: stopped (interrupted)", file=sys.stderr)
+        return 130
+    except Exception as error:
+        if not isinstance(error, _user_errors()):
+            raise
+        # One line, as DVC's "ERROR: ..." (the log file too).
         if getattr(args, "log", None):
             log.error("%s", error)
         print(f"snakedvc {args.command}: error: {error}", file=sys.stderr)
         return EXP_ERROR_EXIT if args.command == "exp" else 1
-    except KeyboardInterrupt:  # Ctrl-C or a cancel's SIGINT: what ran is said above; no traceback
-        print(f"snakedvc {args.command}: stopped (interrupted)", file=sys.stderr)
-        return 130
     return 0

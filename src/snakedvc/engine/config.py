@@ -13,7 +13,6 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-import jsonschema
 import yaml
 
 from snakedvc.errors import ConfigError
@@ -103,11 +102,11 @@ def _coerced(value: Any, schema: dict[str, Any]) -> Any:
     return typed(value, wanted) if isinstance(value, str) and isinstance(wanted, str) else value
 
 
-def _key_of(error: jsonschema.ValidationError) -> str:
+def _key_of(error: Any) -> str:  # a jsonschema.ValidationError
     return ".".join(str(p) for p in error.absolute_path) or "<root>"
 
 
-def _message(error: jsonschema.ValidationError) -> str:
+def _message(error: Any) -> str:  # a jsonschema.ValidationError
     key = _key_of(error)
     if error.validator == "additionalProperties":
         unknown = sorted(set(error.instance) - set(error.schema.get("properties", {})))
@@ -124,6 +123,8 @@ def validate_config(config: Any, schema: dict[str, Any]) -> dict[str, Any]:
     if not isinstance(filled, dict):
         raise ConfigError("config must be a mapping of keys to values")
     _fill_defaults(filled, schema, schema)
+    import jsonschema  # a tenth of a second: only where a config is checked, not in every job's CLI
+
     validator = jsonschema.Draft202012Validator(schema)
     errors = sorted(validator.iter_errors(filled), key=lambda e: list(e.absolute_path))
     if errors:

@@ -22,6 +22,7 @@ from snakedvc.engine.dvcpipeline.plan import (
     PipelineError,
     Plan,
     Selection,
+    dvc_config,
     read_plan,
     set_params,
 )
@@ -108,12 +109,12 @@ def exp_run(
         return _exp_run(profile, options, name, snakemake_args, root, force, console)
 
 
-def prepare_workspace(root: Path, targets: Sequence[str]) -> None:
+def prepare_workspace(root: Path, targets: Sequence[str]) -> bool:
     """What `dvc exp run` does before it reproduces: the data the pipeline reads that was changed
     by hand (a `dvc add`ed file) committed, then the stages' outputs put back as dvc.lock records
     them, from the cache where they are missing or were changed by hand (DVC's commit of data
     dependencies and its checkout, both forced, missing cache allowed; the targets with the stages
-    they need, or every stage)."""
+    they need, or every stage). Whether the checkout changed a file."""
     from dvc.exceptions import DvcException
     from dvc.repo import Repo
 
@@ -126,9 +127,12 @@ def prepare_workspace(root: Path, targets: Sequence[str]) -> None:
                 repo.commit(
                     target, with_deps=True, force=True, allow_missing=True, data_only=True, relink=False
                 )  # fmt: skip
-            repo.checkout(targets=list(targets) or None, with_deps=bool(targets), force=True, allow_missing=True)
+            put_back = repo.checkout(
+                targets=list(targets) or None, with_deps=bool(targets), force=True, allow_missing=True
+            )  # fmt: skip
     except DvcException as error:
         raise PipelineError(f"{root}: DVC could not prepare the workspace for the run: {error}") from None
+    return any(put_back.get(kind) for kind in ("added", "deleted", "modified", "failed"))
 
 
 def pull_missing(plan: Plan, planned: Callable[[Sequence[str]], Plan], root: Path) -> Plan:
@@ -196,8 +200,9 @@ def _exp_run(
     plan = planned()
     params_files = set_params(options.overrides, root, hydra_on=not options.no_hydra)
     # DVC's commit and checkout take the targets as exp run does (a folder only with its stages)
-    prepare_workspace(root, [*plan.data, *plan.wanted] if options.recursive else list(options.targets))
-    plan = planned()  # what runs depends on the new values and the restored outputs
+    put_back = prepare_workspace(root, [*plan.data, *plan.wanted] if options.recursive else list(options.targets))
+    if params_files or put_back or plan.data:
+        plan = planned()  # what runs depends on the new values and the restored outputs
     if plan.pulled or plan.pull_paths:
         plan = pull_missing(plan, planned, root)
     if not plan.run and not plan.refresh and not plan.data:
@@ -232,15 +237,11 @@ def experiment_env(name: str, root: Path) -> dict[str, str]:
 def studio_env(root: Path) -> dict[str, str]:
     """DVC Studio's settings as `dvc exp run` hands them to its stages (dvclive reads them to send
     live metrics): from the repository's config and DVC_STUDIO_* here, none where Studio is not set up."""
-    from dvc.repo import Repo
     from dvc.utils.studio import config_to_env
     from dvc_studio_client.post_live_metrics import get_studio_config
 
-    with Repo(str(root)) as repo:
-        return {
-            key: str(value)
-            for key, value in config_to_env(get_studio_config(dvc_studio_config=repo.config.get("studio"))).items()
-        }
+    studio = dvc_config(root).get("studio")
+    return {key: str(value) for key, value in config_to_env(get_studio_config(dvc_studio_config=studio)).items()}
 
 
 def run_plan(

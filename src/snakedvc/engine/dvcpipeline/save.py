@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 import os
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -78,19 +77,16 @@ def save(
     involves (those that ran already committed), the params files (``include``: those -S wrote,
     new ones too), the uncached outputs of the stages that ran; DVC's commit message, or
     ``message`` (-m). ``replace``: an experiment of the same name is replaced (`dvc exp run -f -n NAME`)."""
-    from snakedvc.engine.tracking import EXPERIMENT_PUSH_ENV, note_saved, push, repo_lock, run_dvc, trim_experiment
+    from snakedvc.engine.tracking import EXPERIMENT_PUSH_ENV, note_saved, push, repo_lock, trim_experiment
 
-    args = ["exp", "save", "--message", message or f"dvc: commit experiment {recorded.experiment_hash}"]
-    if name:
-        args += ["--name", name, *(["--force"] if replace else [])]
+    message = message or f"dvc: commit experiment {recorded.experiment_hash}"
     # Nothing ran: the experiment holds what the run involves, as `dvc exp run`'s does.
     involved = recorded.ran if recorded.ran or plan.refresh or plan.data else plan.wanted
     produced = {out for stage in involved for out in plan.stage(stage).uncached if (root / out).exists()}
     # The lock files too: `dvc exp save` adds an untracked dvc.lock itself only at the top of the
     # git repository, not in a DVC repository in a subfolder of it (a subrepo).
     locks = {_lock_file(stage) for stage in [*plan.data, *plan.refresh, *recorded.ran, *involved]}
-    for path in sorted(produced | set(include) | {lock for lock in locks if (root / lock).is_file()}):
-        args += ["--include-untracked", path]
+    untracked = sorted(produced | set(include) | {lock for lock in locks if (root / lock).is_file()})
     # One target, already committed (its commit again changes nothing): every stage the run
     # recorded is in dvc.lock by now. Without targets `dvc exp save` commits every stage, and would
     # record a stage this run did not run (a target's neighbour, a frozen one) as up to date with
@@ -103,11 +99,8 @@ def save(
             "nothing ran, and no stage the run involves has its outputs here (--allow-missing): no experiment "
             "to save; `dvc pull` them first, or run with --pull"
         )
-    args += ["--", committed[0]]
     with repo_lock(root):
-        out = run_dvc(args, root)
-        match = re.search(r"saved as:\s*(\S+)", out)
-        saved = match.group(1) if match else name
+        saved = _exp_save(root, committed[0], name, replace, untracked, message)
         # DVC's scratch files out, and the outputs DVC caches: `dvc exp save` force-adds a cached
         # metrics or plots file, which `dvc exp run`'s commit never holds (git would then track an
         # output DVC tracks: `dvc repro` on a branch of the experiment refuses it).
@@ -118,6 +111,28 @@ def save(
         with repo_lock(root):
             push(saved, root)
     return saved
+
+
+def _exp_save(root: Path, target: str, name: str, replace: bool, untracked: list[str], message: str) -> str:
+    """`dvc exp save` in this process (DVC's own function, as its command calls it): the name saved.
+    A process of its own would start DVC again, a second of a short run's time."""
+    import contextlib
+
+    from dvc.exceptions import DvcException
+    from dvc.repo import Repo
+
+    log.info("dvc exp save %s -n %s (untracked: %s)", target, name, ", ".join(untracked) or "none")
+    try:
+        with contextlib.chdir(root), Repo(str(root), _wait_for_lock=True) as repo:
+            ref = repo.experiments.save(
+                targets=[target], name=name or None, force=replace, include_untracked=untracked, message=message
+            )  # fmt: skip
+            if ref is None:
+                raise PipelineError(f"{root}: dvc exp save made no experiment")
+            return str(repo.experiments.get_exact_name([ref])[ref] or name)
+    except DvcException as error:
+        cause = f": {error.__cause__}" if error.__cause__ else ""
+        raise PipelineError(f"{root}: dvc exp save failed: {error}{cause}") from None
 
 
 def _lock_file(stage: str) -> str:
