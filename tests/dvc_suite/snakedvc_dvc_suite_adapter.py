@@ -37,7 +37,7 @@ TAKEN = {"force", "interactive", "dry", "run_cache", "pull", "allow_missing", "f
 # DVC's stage selection, which the kit's runner takes as DVC's (dvcpipeline.Selection).
 SELECTION = ("recursive", "single_item", "pipeline", "all_pipelines", "downstream", "glob")
 # And those of Experiments.run (jobs: the queue's workers; name: the experiment's, as --name).
-TAKEN_BY_EXP_RUN = {*TAKEN, "jobs", "name", "params", "message"}
+TAKEN_BY_EXP_RUN = {*TAKEN, "jobs", "name", "params", "message", "queue", "run_all"}
 
 # What the kit's runner refuses by design, before any job, in words its error holds.
 REFUSED = (
@@ -162,6 +162,8 @@ def kit_experiments_run(
         pytest.skip("snakedvc exp run --dry prints the plan; DVC's dry experiment runs in a temporary folder")
     root = Path(self.repo.root_dir)
     select = _selection(targets, {})
+    if queue or run_all:
+        return _kit_queue(self.repo, root, select, params, message, kwargs.get("name"), run_all, jobs)
     with _dvc_errors():
         try:
             options = dvcpipeline.ExpRunOptions(
@@ -189,10 +191,47 @@ def kit_experiments_run(
     return _experiment_result(self.repo, name)
 
 
-def _experiment_result(repo: Repo, name: str) -> dict[str, str]:
+# Seconds a test's queue may take to run (the kit's detached runs, on this machine).
+QUEUE_WAIT_S = 600
+
+
+def _kit_queue(
+    repo: Repo, root: Path, select: Any, params: Any, message: str | None, name: str | None, run_all: bool, jobs: int
+) -> dict[str, str]:
+    """`dvc exp run --queue` as `snakedvc exp run --queue` (a detached run per sweep point, not
+    started): {}; `--run-all`: the queue started, waited for, and its experiments as DVC returns them."""
+    import time
+
+    from snakedvc.engine import dvcpipeline
+    from snakedvc.engine.dvcpipeline.save import random_experiment_name
+    from snakedvc.engine.runs import submit
+    from snakedvc.engine.runs.queue import queued_runs, start, sweeps
+
+    if not run_all:
+        points = sweeps(list(params or []))
+        for index, overrides in enumerate(points):
+            named = f"{name}-{index + 1}" if name and len(points) > 1 else name or random_experiment_name(root)
+            options = dvcpipeline.ExpRunOptions(overrides, None, select.targets, message=message or "")
+            submit(str(dvcpipeline.kit_profile(PROFILE)), [], name=named, cwd=root, pipeline=options, queued=True)
+        return {}
+    start(root, jobs or 1)
+    deadline = time.monotonic() + QUEUE_WAIT_S
+    while any(run.state in ("queued", "running") for run in queued_runs(root)):
+        if time.monotonic() > deadline:
+            raise AssertionError(f"the kit's queue did not finish in {QUEUE_WAIT_S} s")
+        time.sleep(0.5)
+    repo._reset()
+    results: dict[str, str] = {}
+    for run in queued_runs(root):
+        for experiment in run.experiments:
+            results.update(_experiment_result(repo, experiment, run.baseline))
+    return results
+
+
+def _experiment_result(repo: Repo, name: str, baseline: str | None = None) -> dict[str, str]:
     from dvc.repo.experiments.utils import exp_refs_by_baseline
 
-    baseline = repo.scm.get_rev()
+    baseline = baseline or repo.scm.get_rev()
     for ref in exp_refs_by_baseline(repo.scm, {baseline}).get(baseline, []):
         if ref.name == name:
             rev = repo.scm.get_ref(str(ref))

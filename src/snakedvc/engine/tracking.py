@@ -416,11 +416,13 @@ def trim_experiment(name: str, keep: Sequence[str], records: Sequence[str], root
         who,
         strict=True,
     ))  # fmt: skip
-    message = _git(root, "log", "-1", "--format=%B", old)
-    args = ["commit-tree", tree, "-m", message]
+    # The message byte for byte (-m would end it with a newline DVC's own commit does not have).
+    raw = subprocess.run(["git", "cat-file", "commit", old], cwd=root, capture_output=True, text=True, check=True)
+    message = raw.stdout.split("\n\n", 1)[1] if "\n\n" in raw.stdout else ""
+    args = ["commit-tree", tree, "-F", "-"]
     for parent in parents:
         args += ["-p", parent]
-    new = _git(root, *args, env={**os.environ, **identity})
+    new = _git(root, *args, env={**os.environ, **identity}, stdin=message)
     _git(root, "update-ref", ref, new, old)
     log.info(
         "experiment %s: left out what other runs wrote: %s",

@@ -101,7 +101,13 @@ def start_controller(run: Run, job: ControllerSettings | None = None) -> Run:
             start_new_session=True,  # no terminal, no SIGHUP when the submitting shell goes
             env=slurm.without_job_environment(os.environ),
         )
+    _DETACHED.append(proc_local)  # it outlives this process on purpose: never reaped here, never warned of
     return run.update(controller_pid=proc_local.pid, controller_host=this_host())
+
+
+# The local controllers this process started (kept, so that no "still running" warning comes of
+# their Popen objects being collected while they run, as they should).
+_DETACHED: list[subprocess.Popen[bytes]] = []
 
 
 def _quote(value: str) -> str:
