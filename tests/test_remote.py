@@ -366,3 +366,28 @@ def test_with_a_git_origin_the_run_pushes_its_experiment_there_for_plain_dvc_exp
     (project / "model.txt").unlink()
     run(project, laptop, str(BIN / "dvc"), "exp", "apply", "via-origin")
     assert (project / "model.txt").read_bytes() == b"1\n0.9\n"
+
+
+def test_a_queue_made_from_a_laptop_runs_on_the_cluster_and_comes_home(tmp_path: Path, sshd: SshServer) -> None:
+    """exp run --queue --remote (a sweep), queue start/status --remote, pull: each point its own
+    experiment, made from the laptop's code as it was when queued."""
+    laptop = laptop_env(sshd.laptop_home(tmp_path / "home"), f"{BIN}:{without_slurm(tmp_path)['PATH']}")
+    project = laptop_project(tmp_path, laptop)
+    kit = [str(BIN / "snakedvc")]
+    cluster_root = tmp_path / "cluster" / "runs"
+    run(project, laptop, *kit, "remote", "add", "hpc", f"ssh://cluster{cluster_root}", "--snakedvc", kit[0])
+    queued = run(project, laptop, *kit, "exp", "run", "--queue", "--remote", "hpc", "-S", "lr=0.2,0.3", "-n", "rq")
+    assert "Queued experiment 'rq-1' on remote hpc" in queued.stdout and "'rq-2'" in queued.stdout, queued.stdout
+
+    def statuses() -> list[str]:
+        shown = run(project, laptop, *kit, "queue", "status", "--remote", "hpc").stdout
+        return [line.split()[-1] for line in shown.splitlines()[1:]]
+
+    assert statuses() == ["Queued", "Queued"]
+    run(project, laptop, *kit, "queue", "start", "--remote", "hpc", "-j", "2")
+    wait_until(lambda: statuses() == ["Success", "Success"], timeout=300, what="the queue on the cluster")
+    assert sorted(run(project, laptop, *kit, "pull", "--remote", "hpc").stdout.split()) == ["rq-1", "rq-2"]
+    for name, lr in (("rq-1", 0.2), ("rq-2", 0.3)):
+        recorded = experiment(project, laptop, name)
+        assert recorded["params"]["params.yaml"]["data"]["lr"] == lr
+        assert recorded["metrics"]["metrics.json"]["data"]["score"] == lr

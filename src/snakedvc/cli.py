@@ -92,12 +92,9 @@ def cmd_exp_run(args: argparse.Namespace) -> None:
         raise ValueError("-j is the number of queued experiments run at a time: with --run-all (or `snakedvc "
                          "queue start -j N`)")  # fmt: skip
     if args.remote:  # a detached run there: what `snakedvc submit --remote` sends for a dvc.yaml
-        sent_options = ExpRunOptions(options.overrides, options.resources_file, options.targets, options.pull,
-                                     options.allow_missing)  # fmt: skip
-        if args.dry or args.force or options != sent_options:
-            raise ValueError("--remote runs the pipeline detached on the cluster: without --dry, -f and the stage "
-                             "selection options (there: snakedvc submit --replace replaces an experiment of the "
-                             "name)")  # fmt: skip
+        if args.dry or args.force:
+            raise ValueError("--remote runs the pipeline detached on the cluster: without --dry and -f "
+                             "(there: snakedvc submit --replace replaces an experiment of the name)")  # fmt: skip
         sent = argparse.Namespace(**{**vars(args), "target": args.targets, "share": [], "replace": False})
         return _submit_remote(sent, list(args.snakemake_args))
     if args.dry:
@@ -139,14 +136,18 @@ def _exp_run_queue(args: argparse.Namespace, options: Any) -> None:
         for run in start(root, args.jobs or 1):
             print(f"Started experiment '{run.name}' (run {run.id}); `snakedvc queue status` shows the queue")
         return
-    if args.remote or args.dry:
-        raise ValueError("--queue keeps the experiments here, to run with `snakedvc queue start`: without "
-                         "--remote and --dry")  # fmt: skip
-    profile = str(pipeline_profile(args.profile, root))
+    if args.dry:
+        raise ValueError("--queue keeps the experiments to run with `snakedvc queue start`: without --dry")
+    profile = str(pipeline_profile(args.profile, root)) if not args.remote else ""
     points = sweeps(options.overrides)
     for index, overrides in enumerate(points):
         name = args.name or ""
         name = f"{name}-{index + 1}" if name and len(points) > 1 else name or random_experiment_name(root)
+        if args.remote:  # queued on the cluster, through the same trip as submit --remote
+            sent = {"set_param": list(overrides), "name": name, "target": args.targets, "share": [],
+                    "replace": args.force, "queued": True}  # fmt: skip
+            _submit_remote(argparse.Namespace(**{**vars(args), **sent}), list(args.snakemake_args))
+            continue
         run = submit(
             profile, list(args.snakemake_args), name=name, pipeline=replace(options, overrides=overrides),
             replace=args.force, queued=True,
@@ -161,6 +162,13 @@ def cmd_queue(args: argparse.Namespace) -> None:
     from snakedvc.engine.runs.queue import remove, start, status, stop
 
     root = repository_root(".")
+    if args.remote:  # the same command in the project's clone on the cluster
+        forwarded = {"start": ["-j", str(getattr(args, "jobs", 1))], "logs": [getattr(args, "name", "")]}
+        forwarded["kill"] = list(getattr(args, "names", []))
+        forwarded["remove"] = [*getattr(args, "names", []), *(f"--{kind}" for kind in ("all", "queued", "success",
+                               "failed") if getattr(args, kind, False))]  # fmt: skip
+        following = ["-f"] if getattr(args, "follow", False) else []
+        return _on_remote(args, ["queue", args.action, *forwarded.get(args.action, []), *following])
     if args.action == "start":
         started = start(root, args.jobs)
         print(f"Queue started, {args.jobs} experiment(s) at a time; started now: "
@@ -268,8 +276,10 @@ def cmd_submit(args: argparse.Namespace) -> None:
     pipeline, root = None, repository_root(".")
     if is_dvc_pipeline(root, snakemake_args):
         pipeline = ExpRunOptions(
-            tuple(args.set_param), args.resources, tuple(args.target), args.pull, args.allow_missing
-        )
+            tuple(args.set_param), args.resources, tuple(args.target), args.pull, args.allow_missing, args.recursive,
+            args.single_item, args.pipeline, args.all_pipelines, args.downstream, args.force_downstream,
+            args.keep_going, args.message or "", args.no_hydra, args.one_at_a_time,
+        )  # fmt: skip
     elif args.set_param or args.resources or args.target or args.pull or args.allow_missing:
         raise ValueError("-S, --resources, --target, --pull and --allow-missing are for a dvc.yaml pipeline; this "
                          "project has a Snakefile (give its config after --: -- --config key=value)")  # fmt: skip
@@ -278,12 +288,24 @@ def cmd_submit(args: argparse.Namespace) -> None:
         profile = str(pipeline_profile(args.profile, root))
     run = submit(
         profile, snakemake_args, name=args.name or "", share=args.share, pipeline=pipeline, replace=args.replace,
-        sent=sent,
+        sent=sent, queued=args.queued,
     )  # fmt: skip
+    if args.queued:
+        print(run.id)
+        print(f"Queued experiment '{run.name}' for future execution (run {run.id})", file=sys.stderr)
+        return
     where = f"SLURM job {run.controller_jobs[-1]}" if run.slurm else f"process {run.controller_pid}"
     print(run.id)
     print(f"submitted run {run.id} ({run.name}): controller {where}; `snakedvc logs -f {run.id}` follows it",
           file=sys.stderr)  # fmt: skip
+
+
+# dvc exp run's flags that `snakedvc submit` takes for a dvc.yaml pipeline (long forms), by dest.
+SUBMIT_EXP_RUN_FLAGS = {
+    "recursive": "--recursive", "single_item": "--single-item", "pipeline": "--pipeline",
+    "all_pipelines": "--all-pipelines", "downstream": "--downstream", "force_downstream": "--force-downstream",
+    "keep_going": "--keep-going", "no_hydra": "--no-hydra", "one_at_a_time": "--one-at-a-time",
+}  # fmt: skip
 
 
 def _submit_remote(args: argparse.Namespace, snakemake_args: list[str]) -> None:
@@ -298,6 +320,9 @@ def _submit_remote(args: argparse.Namespace, snakemake_args: list[str]) -> None:
     for flag, value in (("--name", args.name), ("--profile", args.profile), ("--resources", args.resources)):
         forwarded += [flag, value] if value else []
     forwarded += ["--replace"] if args.replace else []
+    forwarded += [flag for dest, flag in SUBMIT_EXP_RUN_FLAGS.items() if getattr(args, dest, False)]
+    forwarded += ["--message", args.message] if getattr(args, "message", None) else []
+    forwarded += ["--queued"] if getattr(args, "queued", False) else []
     for flag, values in (("-S", args.set_param), ("--target", args.target), ("--share", args.share)):
         for value in values:
             forwarded += [flag, value]
@@ -309,6 +334,10 @@ def _submit_remote(args: argparse.Namespace, snakemake_args: list[str]) -> None:
     run_id = submit_remote(
         root, remote, [*forwarded, *(["--", *snakemake_args] if snakemake_args else [])], new_run_id()
     )
+    if getattr(args, "queued", False):
+        print(f"Queued experiment '{args.name}' on remote {remote.name} (run {run_id}); `snakedvc queue start "
+              f"--remote {remote.name}` starts the queue there")  # fmt: skip
+        return
     print(f"submitted run {run_id} on remote {remote.name}; you may disconnect. `snakedvc logs --remote {remote.name} "
           f"-f {run_id}` follows it; `snakedvc pull --remote {remote.name}` brings its experiment here",
           file=sys.stderr)  # fmt: skip
@@ -648,6 +677,11 @@ def _add_run_commands(step: Step) -> None:
     _add_missing_data_options(p, "a dvc.yaml pipeline: ")
     p.add_argument("--target", action="append", default=[], metavar="STAGE",
                    help="a dvc.yaml pipeline: run this stage and what it needs (repeatable; default all)")  # fmt: skip
+    for dest, flag in SUBMIT_EXP_RUN_FLAGS.items():
+        p.add_argument(flag, dest=dest, action="store_true", help=f"a dvc.yaml pipeline: dvc exp run's {flag}")
+    p.add_argument("--message", help="a dvc.yaml pipeline: the experiment commit's message (dvc exp run -m)")
+    p.add_argument("--queued", action="store_true", help="made, not started: an experiment of the queue "
+                   "(snakedvc queue start runs it)")  # fmt: skip
     p.add_argument("--share", action="append", default=[], metavar="PATH",
                    help="an ignored path of the repository linked into the run's workspace (repeatable; "
                         "Python environments at the top level are linked anyway)")  # fmt: skip
@@ -667,8 +701,8 @@ def _add_run_commands(step: Step) -> None:
     actions = p.add_subparsers(dest="action", required=True, metavar="ACTION")
     q = actions.add_parser("start", help="run the queue, -j experiments at a time (each ending starts the next)")
     q.add_argument("-j", "--jobs", type=int, default=1, help="experiments at a time (default 1)")
-    actions.add_parser("stop", help="start no more queued experiments; the running ones finish")
-    actions.add_parser("status", help="the queued, running and finished experiments of the queue")
+    queue_actions = [q, actions.add_parser("stop", help="start no more queued experiments; the running ones finish")]
+    queue_actions.append(actions.add_parser("status", help="the queued, running and finished experiments of the queue"))
     q = actions.add_parser("logs", help="an experiment's log (its run's controller log)")
     q.add_argument("name")
     q.add_argument("-f", "--follow", action="store_true", help="follow until it ends")
@@ -679,6 +713,8 @@ def _add_run_commands(step: Step) -> None:
     for flag, what in (("--all", "every one not running"), ("--queued", "those not started"),
                        ("--success", "those that succeeded"), ("--failed", "those that failed")):  # fmt: skip
         q.add_argument(flag, action="store_true", help=what)
+    for q in [*queue_actions, *(actions.choices[name] for name in ("logs", "kill", "remove"))]:
+        q.add_argument("--remote", metavar="NAME", help="the queue on that cluster, over SSH (snakedvc remote add)")
 
     remote_help = "on that remote, over SSH (snakedvc remote add)"
     p = step("runs", cmd_runs, "list submitted runs")

@@ -231,7 +231,7 @@ def submit(
     with locked(root / SENT_LOCKS / f"{sent.run_id}.lock"):
         if (adopted := adopt(root, sent.run_id)) is not None:
             return adopted
-        return _submit(root, profile, snakemake_args, name, share, pipeline, replace, sent)
+        return _submit(root, profile, snakemake_args, name, share, pipeline, replace, sent, queued)
 
 
 def _submit(
