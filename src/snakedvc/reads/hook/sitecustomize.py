@@ -14,11 +14,14 @@ def _install():
     root = os.environ.get("SNAKEDVC_READS_ROOT")
     if not log or not root or not hasattr(sys, "addaudithook"):
         return
-    root = os.path.realpath(root) + os.sep
+    # The repository as given and as resolved: a path is compared as the process names it (no
+    # system call per open), under either spelling of the root.
+    roots = tuple({os.path.abspath(root) + os.sep, os.path.realpath(root) + os.sep})
     # The kit's records, DVC's and git's, and environments inside the repository are no stage's data.
-    skipped = tuple(root + name + os.sep for name in (".git", ".dvc", ".snakedvc", ".snakemake"))
+    skipped = tuple(base + name + os.sep for base in roots for name in (".git", ".dvc", ".snakedvc", ".snakemake"))
     prefixes = tuple({os.path.realpath(p) + os.sep for p in (sys.prefix, sys.base_prefix, sys.exec_prefix)})
     seen = {}
+    handled = set()  # absolute paths already looked at: a file opened again costs a set lookup
     writing = set("wax+")
 
     def hook(event, args):
@@ -30,14 +33,18 @@ def _install():
                 return
         elif flags is not None and flags & (os.O_WRONLY | os.O_RDWR):
             return
-        if not isinstance(path, (str, bytes, os.PathLike)):
+        if isinstance(path, int) or path is None:
             return  # a file descriptor
         try:
-            path = os.path.realpath(os.fsdecode(path))
+            path = os.fsdecode(path)
         except (TypeError, ValueError):
             return
-        if path.startswith(root) and not path.startswith(skipped) and not path.startswith(prefixes):
-            seen.setdefault(path, time.time())  # the first read is the one that matters
+        full = os.path.abspath(path)
+        if full in handled:
+            return
+        handled.add(full)
+        if full.startswith(roots) and not full.startswith(skipped) and not full.startswith(prefixes):
+            seen.setdefault(os.path.realpath(full), time.time())  # the first read is the one that matters
 
     def write():
         if not seen:
