@@ -68,10 +68,13 @@ def test_a_queued_sweep_runs_when_started_each_its_own_experiment(tmp_path: Path
     queued = snakedvc(repo, "exp", "run", "--queue", "-S", "n=1,2", "-n", "sw").stdout
     assert "Queued experiment 'sw-1' for future execution." in queued and "'sw-2'" in queued
     snakedvc(repo, "exp", "run", "--queue", "-S", "n=5", "-n", "dropped")
+    snakedvc(repo, "exp", "run", "--queue", "-S", "n=6", "-n", "killed")
     assert (repo / "params.yaml").read_text() == "n: 1\n"  # the workspace is left as it was
     status = snakedvc(repo, "queue", "status").stdout
-    assert [line.split()[-1] for line in status.splitlines()[1:]] == ["Queued"] * 3, status
-    assert "dropped" in snakedvc(repo, "queue", "remove", "dropped").stdout
+    assert [line.split()[-1] for line in status.splitlines()[1:]] == ["Queued"] * 4, status
+    assert "killed: cancelled" in snakedvc(repo, "queue", "kill", "killed").stdout  # never started: at once
+    assert "Cancelled" in snakedvc(repo, "queue", "status").stdout
+    assert "dropped, killed" in snakedvc(repo, "queue", "remove", "dropped", "killed").stdout
     snakedvc(repo, "queue", "start", "-j", "1")
     status = snakedvc(repo, "queue", "status").stdout  # one at a time: the second waits for the first
     assert sorted(line.split()[-1] for line in status.splitlines()[1:]) in (

@@ -158,8 +158,10 @@ def _exp_run_queue(args: argparse.Namespace, options: Any) -> None:
 
 
 def cmd_queue(args: argparse.Namespace) -> None:
+    import time
+
     from snakedvc.engine.runs import cancel, find_run, follow, repository_root
-    from snakedvc.engine.runs.queue import remove, start, status, stop
+    from snakedvc.engine.runs.queue import remove, start, status, stop, waiting
 
     root = repository_root(".")
     if args.remote:  # the same command in the project's clone on the cluster
@@ -191,7 +193,9 @@ def cmd_queue(args: argparse.Namespace) -> None:
             print(line, end="")
     elif args.action == "kill":
         for name in args.names:
-            run = cancel(find_run(root, name))
+            run = find_run(root, name)
+            # One never started has nothing running to stop.
+            run = run.update(state="cancelled", ended=time.time()) if waiting(run) else cancel(run)
             print(f"{run.name}: {run.state}")
     elif args.action == "remove":
         removed = remove(root, args.names, args.all, args.queued, args.success, args.failed)
@@ -754,12 +758,18 @@ def _activate_own_environment() -> None:
         os.environ["PATH"] = os.pathsep.join(filter(None, [bindir, os.environ.get("PATH", "")]))
 
 
+def _not_printed_by_dvc(record: logging.LogRecord) -> bool:
+    """False for a record of DVC's packages (dvc, dvc_data, ...) whose top logger has DVC's handlers."""
+    top = record.name.partition(".")[0]
+    return not (top.startswith("dvc") and logging.getLogger(top).handlers)
+
+
 def _exp_run_logging(quiet: bool, verbose: bool) -> None:
     """exp run's terminal: the kit's notes with -v (and DVC's debug lines), errors alone with -q,
     else warnings, in DVC's shape ("WARNING: ...")."""
     root = logging.getLogger()
     for handler in root.handlers:  # DVC prints its own records through its own handlers: once, not twice
-        handler.addFilter(lambda record: not logging.getLogger(record.name.partition(".")[0]).handlers)
+        handler.addFilter(_not_printed_by_dvc)
     if verbose:
         root.setLevel(logging.DEBUG)
         return
