@@ -297,3 +297,36 @@ def experiments_all(project: Path) -> dict[str, float]:
             rev = exp["revs"][0]
             found[exp.get("name") or rev["name"]] = rev["data"]["params"]["results/params.yaml"]["data"]["train"]["lr"]
     return found
+
+
+def kit(project: Path, *args: str) -> str:
+    import sys
+
+    command = [str(Path(sys.executable).parent / "snakedvc"), *args]
+    return subprocess.run(command, cwd=project, capture_output=True, text=True, check=True).stdout
+
+
+@pytest.mark.parametrize("way_out", ["the config corrected", "the save dropped"])
+def test_a_save_that_cannot_succeed_is_no_trap(project: Path, way_out: str) -> None:
+    """experiment.files naming what no job makes: the save fails and stays pending, and the next run
+    with the same config is refused saying the way out (before, every later run was refused, the
+    corrected config too: the pending save kept the old settings). Corrected, the next run does the
+    pending save with the new settings first; or `snakedvc pending drop` gives it up."""
+    broken = CONFIG.replace("experiment: {metrics: []}", "experiment: {metrics: [], files: [out/live]}")
+    (project / "config.yaml").write_text(broken)
+    failed = run_snakemake(project, *run_named("second", lr=0.02), check=False)
+    assert failed.returncode != 0 and "experiment not saved: the run did not produce out/live" in said(failed)
+    refused = run_snakemake(project, *run_named("third", lr=0.03), check=False)
+    assert refused.returncode != 0 and "experiment second" in said(refused)
+    assert "snakedvc pending drop" in said(refused) and "Traceback" not in said(refused)[-1500:]
+    assert "pending save" in kit(project, "runs") and "experiment second" in kit(project, "pending")
+    if way_out == "the config corrected":
+        (project / "config.yaml").write_text(CONFIG)
+        run_snakemake(project, *run_named("third", lr=0.03))
+        assert experiments(project) == {"first": 0.01, "second": 0.02, "third": 0.03}
+    else:
+        assert "dropped the pending save: experiment second" in kit(project, "pending", "drop")
+        (project / "config.yaml").write_text(CONFIG)
+        run_snakemake(project, *run_named("third", lr=0.03))
+        assert experiments(project) == {"first": 0.01, "third": 0.03}
+    assert "no pending save" in kit(project, "pending")

@@ -387,13 +387,35 @@ def cmd_pull(args: argparse.Namespace) -> None:
 def cmd_runs(args: argparse.Namespace) -> None:
     if args.remote:
         return _on_remote(args, ["runs", *(["--json"] if args.json else [])])
+    from snakedvc.engine.finish import describe_pending, pending_save
     from snakedvc.engine.runs import describe, format_runs, list_runs, repository_root
 
-    runs = list_runs(repository_root())
+    root = repository_root()
+    runs = list_runs(root)
     if args.json:
         print(json.dumps([describe(run) for run in runs], indent=2))
-    else:
-        print(format_runs(runs) if runs else "no runs (snakedvc submit starts one)")
+        return
+    print(format_runs(runs) if runs else "no runs (snakedvc submit starts one)")
+    left = pending_save(root)
+    if left is not None:  # a run in this workspace whose save failed: the next run here does it first
+        print(f"pending save in {root}: {describe_pending(left)} (`snakedvc pending` says more)")
+
+
+def cmd_pending(args: argparse.Namespace) -> None:
+    from snakedvc.engine.finish import WAY_OUT, describe_pending, drop_pending, pending_save
+    from snakedvc.engine.runs import repository_root
+
+    root = repository_root()
+    if args.action == "drop":
+        dropped = drop_pending(root)
+        print(f"dropped the pending save: {describe_pending(dropped)}" if dropped else "no pending save here")
+        return
+    left = pending_save(root)
+    if left is None:
+        print("no pending save here: every run's save completed")
+        return
+    print(f"pending save: {describe_pending(left)}")
+    print("An earlier run's save failed; the next run of the workflow here does it first. " + WAY_OUT)
 
 
 def cmd_logs(args: argparse.Namespace) -> None:
@@ -739,6 +761,10 @@ def _add_run_commands(step: Step) -> None:
     p.add_argument("--remote", metavar="NAME", help=remote_help)
 
     step("clean", cmd_clean, "remove finished runs' workspaces (their results are in DVC)")
+
+    p = step("pending", cmd_pending, "the save an earlier run left pending (its save failed): show it, or drop it")
+    p.add_argument("action", nargs="?", choices=["show", "drop"], default="show",
+                   help="show (default), or drop: give the save up (the outputs stay in the workspace)")  # fmt: skip
 
     p = step("init", cmd_init, "set up this git repository for snakedvc: profiles, .gitignore, DVC, dvc.yaml, config")
     p.add_argument("--config", default="config.yaml", help="the workflow's config file (default config.yaml)")

@@ -123,24 +123,68 @@ def _save(
     return saved
 
 
-def save_pending(root: Path | str = ".") -> list[str]:
-    """Do the save an earlier run left pending (PENDING_FILE), before anything of this run; a
-    ConfigError (this run stops before any job) where it fails again."""
+def pending_save(root: Path | str = ".") -> dict[str, Any] | None:
+    """The save an earlier run left pending (PENDING_FILE): its config, outputs, overrides,
+    baseline; None where there is none."""
     pending = Path(root) / PENDING_FILE
     if not pending.is_file():
-        return []
+        return None
     try:
-        left = json.loads(pending.read_text())
+        left: dict[str, Any] = json.loads(pending.read_text())
     except ValueError:
         pending.unlink()
+        return None
+    return left
+
+
+def describe_pending(left: dict[str, Any]) -> str:
+    """One line: the pending save's experiment and the outputs it holds."""
+    name = ((left.get("config") or {}).get(KEY) or {}).get("experiment", {}).get("name") or "(a name of DVC's)"
+    outputs = left.get("outputs") or []
+    shown = ", ".join(outputs[:5]) + (f" and {len(outputs) - 5} more" if len(outputs) > 5 else "")
+    return f"experiment {name}, of the outputs {shown or 'none'}"
+
+
+# How out of a pending save that cannot succeed: said wherever it blocks a run.
+WAY_OUT = (
+    "Fix the cause and run again (the pending save is its first step, with the experiment settings of the "
+    "config as they are now), or give the save up with `snakedvc pending drop` (the run's outputs stay in "
+    "the workspace; a run that makes them again records them). `snakedvc pending` shows it."
+)
+
+
+def drop_pending(root: Path | str = ".") -> dict[str, Any] | None:
+    """`snakedvc pending drop`: the pending save given up; what it was (None: there was none)."""
+    left = pending_save(root)
+    (Path(root) / PENDING_FILE).unlink(missing_ok=True)
+    return left
+
+
+def save_pending(root: Path | str = ".", experiment: dict[str, Any] | None = None) -> list[str]:
+    """Do the save an earlier run left pending (PENDING_FILE), before anything of this run; a
+    ConfigError (this run stops before any job) where it fails again, saying the way out.
+    ``experiment``: this run's `snakedvc.experiment` settings, in place of the failed run's (a
+    mistake there, corrected in the config, is what made the save fail); its name is the one
+    the earlier run was given."""
+    left = pending_save(root)
+    if left is None:
         return []
-    say("an earlier run's experiment was not saved (its save failed): saving it first")
+    say(f"an earlier run's experiment was not saved (its save failed): saving it first: {describe_pending(left)}")
+    config = left["config"]
+    if experiment is not None:
+        kit = config.get(KEY) or {}
+        earlier = kit.get("experiment") or {}
+        named = {key: earlier[key] for key in ("name", "replace") if key in earlier}
+        config = {**config, KEY: {**kit, "experiment": {**experiment, **named}}}
     environment = {
         key: os.environ.pop(key) for key in (EXPERIMENT_NAME_ENV, EXPERIMENT_REPLACE_ENV) if key in os.environ
     }
     try:
-        return _finish(left["config"], left["outputs"], left.get("overrides") or {}, root, left.get("baseline", ""))
+        return _finish(config, left["outputs"], left.get("overrides") or {}, root, left.get("baseline", ""))
     except TrackingError as error:
-        raise ConfigError(f"the earlier run's save failed again, so this run does not start:\n{error}") from None
+        raise ConfigError(
+            f"an earlier run's save is pending ({describe_pending(left)}) and failed again, so this run does not "
+            f"start:\n{error}\n{WAY_OUT}"
+        ) from None
     finally:
         os.environ.update(environment)

@@ -95,7 +95,7 @@ def configure(config: dict[str, Any], workflow: Any = None) -> Settings:
 
         # An earlier run's save that failed: done first, or this run stops here. Rerunning that run's
         # command is how its save is redone: the name it has just saved is this run's, not a clash.
-        _check_names(kit, saved_now=save_pending())
+        _check_names(kit, saved_now=save_pending(experiment=values.get("experiment")))
     user = {key: value for key, value in config.items() if key != KEY}
     if kit.schema:
         user = validate_config(user, load_schema(kit.schema))
