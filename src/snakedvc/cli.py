@@ -4,7 +4,9 @@
 `restore` talk to DVC (on the submit host only); `sweep-promote`, `sweep-asha-step`,
 `sweep-asha-end` and `sweep-report` are what the sweep module's rules run, `sweep-explain` tells
 an asha sweep's decision log; `submit`, `runs`, `logs`, `cancel`, `resume` and `clean` start
-and control detached runs (`controller` is what a submitted run's controller runs). Every
+and control detached runs (`controller` is what a submitted run's controller runs); `exp run`
+runs a dvc.yaml as `dvc exp run`, `queue` keeps DVC's experiment queue; `pending` shows or drops
+a save an earlier run left pending. Every
 command takes `--log`: stderr and logging go there.
 """
 
@@ -723,6 +725,17 @@ def _add_run_commands(step: Step) -> None:
 
     _add_remote_commands(step)
 
+    _add_queue_commands(step)
+
+    _add_watch_commands(step)
+
+    p = step("init", cmd_init, "set up this git repository for snakedvc: profiles, .gitignore, DVC, dvc.yaml, config")
+    p.add_argument("--config", default="config.yaml", help="the workflow's config file (default config.yaml)")
+    p.add_argument("--dry-run", action="store_true", help="say what would be written, write nothing")
+
+
+def _add_queue_commands(step: Step) -> None:
+    """DVC's experiment queue: `snakedvc queue ACTION`."""
     p = step("queue", cmd_queue, "DVC's experiment queue (snakedvc exp run --queue), each experiment a detached run")
     actions = p.add_subparsers(dest="action", required=True, metavar="ACTION")
     q = actions.add_parser("start", help="run the queue, -j experiments at a time (each ending starts the next)")
@@ -742,6 +755,9 @@ def _add_run_commands(step: Step) -> None:
     for q in [*queue_actions, *(actions.choices[name] for name in ("logs", "kill", "remove"))]:
         q.add_argument("--remote", metavar="NAME", help="the queue on that cluster, over SSH (snakedvc remote add)")
 
+
+def _add_watch_commands(step: Step) -> None:
+    """What a person runs to watch and control detached runs, and a pending save."""
     remote_help = "on that remote, over SSH (snakedvc remote add)"
     p = step("runs", cmd_runs, "list submitted runs")
     p.add_argument("--json", action="store_true", help="machine-readable")
@@ -765,10 +781,6 @@ def _add_run_commands(step: Step) -> None:
     p = step("pending", cmd_pending, "the save an earlier run left pending (its save failed): show it, or drop it")
     p.add_argument("action", nargs="?", choices=["show", "drop"], default="show",
                    help="show (default), or drop: give the save up (the outputs stay in the workspace)")  # fmt: skip
-
-    p = step("init", cmd_init, "set up this git repository for snakedvc: profiles, .gitignore, DVC, dvc.yaml, config")
-    p.add_argument("--config", default="config.yaml", help="the workflow's config file (default config.yaml)")
-    p.add_argument("--dry-run", action="store_true", help="say what would be written, write nothing")
 
 
 def _activate_own_environment() -> None:
