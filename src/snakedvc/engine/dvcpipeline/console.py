@@ -56,9 +56,14 @@ class StageOutput:
 
     def _new_bytes(self, name: str) -> bytes:
         path = self.root / self.plan.log(name)
-        with open(path, "rb") as handle:
-            handle.seek(self._read.get(name, 0))
-            data = handle.read()
+        try:
+            with open(path, "rb") as handle:
+                if os.fstat(handle.fileno()).st_size < self._read.get(name, 0):
+                    self._read[name] = 0  # a retried job's new log (its last one was moved aside)
+                handle.seek(self._read.get(name, 0))
+                data = handle.read()
+        except FileNotFoundError:  # moved aside as a job is retried: its next log comes
+            return b""
         self._read[name] = self._read.get(name, 0) + len(data)
         return data
 
