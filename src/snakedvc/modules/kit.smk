@@ -14,7 +14,10 @@
 import snakedvc
 
 
-snakedvc.configure(config, workflow)
+try:
+    snakedvc.configure(config, workflow)
+except snakedvc.ConfigError as error:  # the message alone: the kit's stack lines read as a crash
+    raise snakedvc.ConfigError(str(error)) from None
 
 
 module snakedvc_tracking:
