@@ -6,6 +6,7 @@ config settings are read.
 
 from __future__ import annotations
 
+import atexit
 import copy
 import os
 import re
@@ -96,6 +97,7 @@ def configure(config: dict[str, Any], workflow: Any = None) -> Settings:
         # An earlier run's save that failed: done first, or this run stops here. Rerunning that run's
         # command is how its save is redone: the name it has just saved is this run's, not a clash.
         _check_names(kit, saved_now=save_pending(experiment=values.get("experiment")))
+        atexit.register(_say_if_nothing_was_done, workflow)
     user = {key: value for key, value in config.items() if key != KEY}
     if kit.schema:
         user = validate_config(user, load_schema(kit.schema))
@@ -127,6 +129,31 @@ def _runs_and_saves(workflow: Any) -> bool:
     # Short options run together ("-np") hold -n too.
     together = {word for word in words if re.fullmatch(r"-[A-Za-z]{2,}", word) and "n" in word}
     return not (words & NO_RUN_OPTIONS or together)
+
+
+# Snakemake's line for a run with nothing to do (snakemake.common.NOTHING_TO_BE_DONE_MSG); it then
+# runs no onsuccess, so the kit's end-of-run line would be missing.
+NOTHING_TO_BE_DONE = "Nothing to be done (all requested files are present and up to date)."
+
+
+def _say_if_nothing_was_done(workflow: Any) -> None:
+    """At the exit of a run Snakemake found nothing to do (its log says so): the kit's line, which
+    experiment already holds these results (the last run's record), as every run ends with one."""
+    from snakedvc.engine.finish import say
+    from snakedvc.engine.records import read_record
+
+    try:
+        logs = [Path(path) for path in workflow.logger_manager.get_logfile()]
+        if not any(NOTHING_TO_BE_DONE in path.read_text(errors="replace") for path in logs if path.is_file()):
+            return
+    except (AttributeError, OSError):  # no log to read: nothing to say
+        return
+    saved = (read_record(".") or {}).get("experiments") or []
+    if saved:
+        say(f"nothing to be done: the last experiment, {saved[-1]}, already holds these results (no new one saved)")
+    else:
+        say("nothing to be done, and no experiment saved: the outputs were made by no recorded run here; "
+            "`snakemake --forceall` (or -R RULE) runs again and records them")  # fmt: skip
 
 
 def _check_names(kit: Settings, saved_now: Sequence[str] = ()) -> None:

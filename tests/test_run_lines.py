@@ -1,0 +1,23 @@
+"""Every run of a workflow that includes the kit ends with one kit line: the experiment it saved,
+or why none; a run Snakemake finds nothing to do in too (Snakemake runs no onsuccess then)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import run_snakemake
+from tests.test_save_faults import project, run_named, said  # noqa: F401 - the fixture
+
+pytestmark = pytest.mark.slow
+
+
+def test_a_run_with_nothing_to_do_names_the_experiment_that_holds_its_results(project: Path) -> None:  # noqa: F811
+    again = run_snakemake(project, "--cores", "1")
+    assert "Nothing to be done" in said(again)
+    assert "snakedvc: nothing to be done: the last experiment, first, already holds these results" in said(again)
+    dry = run_snakemake(project, "--cores", "1", "-n")  # a dry run saves nothing and says nothing of it
+    assert "snakedvc: nothing to be done" not in said(dry)
+    ran = run_snakemake(project, *run_named("second", lr=0.02))
+    assert "snakedvc: saved experiment second" in said(ran) and "nothing to be done" not in said(ran)
