@@ -176,21 +176,37 @@ stages:
           cache: false
 """
 SCRIPTS = {
-    "train.py": "import time, yaml\ntime.sleep(4)\nopen('model.txt', 'w').write(str(yaml.safe_load(open('params.yaml'))['n']))\n",
-    "evaluate.py": "import json\njson.dump({'m': int(open('model.txt').read())}, open('metrics.json', 'w'))\n",
+    "train.py": "import time, yaml\ntime.sleep(1)\nopen('model.txt', 'w').write(str(yaml.safe_load(open('params.yaml'))['n']))\n",
+    "evaluate.py": (
+        "import json, pathlib\ntry:\n    m = int(open('model.txt').read())\nfinally:\n"
+        "    pathlib.Path('evaluate-started').touch()\njson.dump({'m': m}, open('metrics.json', 'w'))\n"
+    ),
 }
+# The race made certain, whatever the machine's load: run side by side by the kit (its read audit
+# is on), train writes its model only once evaluate has read (or tried to). Run by DVC, one stage
+# after the other, it waits for nothing.
+RACING_TRAIN = (
+    "import os, pathlib, time, yaml\n"
+    "if 'SNAKEDVC_READS' in os.environ:\n"
+    "    deadline = time.monotonic() + 600\n"
+    "    while not pathlib.Path('evaluate-started').exists() and time.monotonic() < deadline:\n"
+    "        time.sleep(0.1)\n"
+    "open('model.txt', 'w').write(str(yaml.safe_load(open('params.yaml'))['n']))\n"
+)
 
 
 @pytest.mark.parametrize("old_copy", [False, True], ids=["no-model-yet", "an-old-model-present"])
 def test_a_stage_reading_anothers_output_undeclared_gets_dvcs_outcome_and_a_warning(
     tmp_path: Path, old_copy: bool
 ) -> None:
-    origin = dvc_project(tmp_path / "origin", {"params.yaml": "n: 1\n", "dvc.yaml": UNDECLARED, **SCRIPTS})
+    files = {"params.yaml": "n: 1\n", "dvc.yaml": UNDECLARED, **SCRIPTS, "train.py": RACING_TRAIN}
+    origin = dvc_project(tmp_path / "origin", files)
     said = {}
     for runner, command in RUNNERS.items():
         repo = clone(origin, f"by-{runner}")
         if old_copy:
             dvc(repo, "repro")
+            (repo / "evaluate-started").unlink()
         said[runner] = command(repo, "exp", "run", "-n", "read", "-S", "n=2")
         assert yaml.safe_load((repo / "metrics.json").read_text()) == {"m": 2}, runner
     kit, by_dvc = tmp_path / "by-kit", tmp_path / "by-dvc"

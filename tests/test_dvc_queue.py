@@ -19,7 +19,7 @@ pytestmark = pytest.mark.slow
 PIPELINE = """\
 stages:
   double:
-    cmd: sleep 6 && python3 -c "print(${n} * 2)" > double.txt
+    cmd: sleep ${pause} && python3 -c "print(${n} * 2)" > double.txt
     params: [n]
     outs: [double.txt]
   measure:
@@ -32,8 +32,9 @@ stages:
 MEASURE = "import json\njson.dump({'v': int(open('double.txt').read())}, open('metrics.json', 'w'))\n"
 
 
-def queued_project(tmp_path: Path) -> Path:
-    files = {"params.yaml": "n: 1\n", "dvc.yaml": PIPELINE, "measure.py": MEASURE}
+def queued_project(tmp_path: Path, pause: int = 0) -> Path:
+    """``pause``: seconds the first stage sleeps (experiments that overlap, where that is looked at)."""
+    files = {"params.yaml": f"n: 1\npause: {pause}\n", "dvc.yaml": PIPELINE, "measure.py": MEASURE}
     return clone(dvc_project(tmp_path / "origin", files), "project")
 
 
@@ -69,7 +70,7 @@ def test_a_queued_sweep_runs_when_started_each_its_own_experiment(tmp_path: Path
     assert "Queued experiment 'sw-1' for future execution." in queued and "'sw-2'" in queued
     snakedvc(repo, "exp", "run", "--queue", "-S", "n=5", "-n", "dropped")
     snakedvc(repo, "exp", "run", "--queue", "-S", "n=6", "-n", "killed")
-    assert (repo / "params.yaml").read_text() == "n: 1\n"  # the workspace is left as it was
+    assert (repo / "params.yaml").read_text() == "n: 1\npause: 0\n"  # the workspace is left as it was
     status = snakedvc(repo, "queue", "status").stdout
     assert [line.split()[-1] for line in status.splitlines()[1:]] == ["Queued"] * 4, status
     assert "killed: cancelled" in snakedvc(repo, "queue", "kill", "killed").stdout  # never started: at once
@@ -81,7 +82,10 @@ def test_a_queued_sweep_runs_when_started_each_its_own_experiment(tmp_path: Path
         ["Queued", "Running"],
         ["Queued", "Success"],
     )
-    wait_until(lambda: all_done(repo, ["sw-1", "sw-2"]), "both queued experiments to end", timeout=300)
+    wait_until(
+        lambda: all_done(repo, ["sw-1", "sw-2"]), "both queued experiments to end", timeout=900,
+        explain=lambda: snakedvc(repo, "queue", "status").stdout,
+    )  # fmt: skip
     recorded = runs(repo)
     assert {name: run.state for name, run in recorded.items()} == {"sw-1": "done", "sw-2": "done"}
     assert metrics_of(repo) == {"sw-1": (1, 2), "sw-2": (2, 4)}
@@ -105,12 +109,12 @@ def sacct_submit_times(jobs: list[str]) -> dict[str, int]:
 
 @pytest.mark.slurm
 def test_three_queued_experiments_run_two_at_a_time_on_the_test_cluster(tmp_path: Path, slurm_cluster: None) -> None:
-    repo = queued_project(tmp_path)
+    repo = queued_project(tmp_path, pause=6)
     snakedvc(repo, "exp", "run", "--queue", "--profile", "slurm", "-S", "n=1,2,3", "-n", "q")
     snakedvc(repo, "queue", "start", "-j", "2")
     names = ["q-1", "q-2", "q-3"]
     wait_until(
-        lambda: all_done(repo, names), "three queued experiments to end", timeout=600,
+        lambda: all_done(repo, names), "three queued experiments to end", timeout=900,
         explain=lambda: snakedvc(repo, "queue", "status").stdout,
     )  # fmt: skip
     recorded = runs(repo)
