@@ -168,8 +168,10 @@ class Bookkeeper:
         for frozen in self.plan.refresh:
             log.info("stage %s is frozen: recorded as it is, not run (as dvc repro does)", frozen)
         self._commit([*self.plan.data, *self.plan.refresh], fail=True)
+        # Only the stages whose jobs start at once: one that waits (one at a time, -s) keeps its
+        # outputs until its turn, for the stages before it that may read them.
         for name in self.plan.changed:
-            if not self.plan.waits(name) and self._restore(name):
+            if not self.plan.waits_for(name) and self._restore(name):
                 # Its job's output there before Snakemake starts: no job runs it, and the stages
                 # after it find it finished.
                 marker = self.root / self.plan.ran(name)
@@ -187,15 +189,15 @@ class Bookkeeper:
 
         stage = self._stages[name]
         with repo_lock(self.root), self._here(), lock_repo(self._repo):
-            try:
+            try:  # as dvc repro: the outputs removed, then the cache asked (its job would remove them now)
                 stage.remove_outs(ignore_remove=False, force=False)
                 self._repo.stage_cache.restore(stage)
             except RunCacheNotFoundError:
                 return False
-            except DvcException as error:  # a broken cache entry: the stage runs
-                log.warning("stage %s: DVC's run cache could not restore it (%s): it runs", name, error)
+            except (DvcException, OSError) as error:  # a missing dependency, a broken entry: the stage runs
+                log.info("stage %s: not restored from DVC's run cache (%s): it runs", name, error)
                 return False
-        log.info("Stage '%s' is cached - skipping run, checking out outputs", name)  # DVC's words (its log is quieted)
+        print(f"Stage '{name}' is cached - skipping run, checking out outputs", flush=True)  # DVC's line
         self.restored.append(name)
         self._commit([name])
         return True
