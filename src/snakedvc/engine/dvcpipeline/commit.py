@@ -306,7 +306,7 @@ class Bookkeeper:
         settled = {*self.committed, *self.skipped}
         running = set(self.plan.run)
         for name in [name for name in self._waiting if name not in self._decided]:
-            upstream = [up for up in self.plan.stage(name).upstream if up in running]
+            upstream = [up for up in self.plan.settles_after(name) if up in running]
             lost = [up for up in upstream if up in self.failed or up in self._stopped]
             again = [up for up in upstream if up in self.deferred]
             if again and not lost and all(up in settled or up in self.deferred for up in upstream):

@@ -97,9 +97,19 @@ class Plan:
         return f"{self.folder}/decided/{self.stage(name).rule}"
 
     def waits(self, name: str) -> bool:
-        """A stage whose upstream stages run in this run: it waits for them to be recorded, and
-        for the word whether to run."""
-        return any(up in self._running for up in self.stage(name).upstream)
+        """A stage whose upstream stages run in this run (one at a time: any but the first): it
+        waits for them to be recorded, and for the word whether to run."""
+        return bool(self.settles_after(name))
+
+    def settles_after(self, name: str) -> list[str]:
+        """The stages of this run that must be recorded before this one may start: its upstream
+        ones, and one at a time the one before it in DVC's order (recorded, as dvc repro has it,
+        before the next stage removes its outputs)."""
+        before = [up for up in self.stage(name).upstream if up in self._running]
+        index = self.run.index(name) if self.one_at_a_time and name in self._running else 0
+        if index > 0 and self.run[index - 1] not in before:
+            before.append(self.run[index - 1])
+        return before
 
     def log(self, name: str) -> str:
         return f"{self.folder}/logs/{self.stage(name).rule}.log"
