@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import subprocess
 import sys
 import time
@@ -42,3 +43,20 @@ def test_a_condition_that_came_true_as_the_process_ended_counts() -> None:
     proc = subprocess.Popen([sys.executable, "-c", "pass"])
     proc.wait(timeout=60)
     assert wait_until(lambda: "last words", "its last words", timeout=1, proc=proc) == "last words"
+
+
+def test_a_costly_condition_is_asked_less_often_than_poll_says() -> None:
+    # Each ask costs 0.1 s (a subprocess's worth): with a pause of 3x its cost, at most one ask per
+    # 0.4 s, where poll=0.01 alone would ask about a hundred times in 1.2 s. A busy machine only
+    # makes asks slower, so fewer.
+    asked = []
+
+    def costly() -> bool:
+        asked.append(time.monotonic())
+        time.sleep(0.1)
+        return False
+
+    with pytest.raises(AssertionError):
+        wait_until(costly, "never", timeout=1.2, poll=0.01)
+    gaps = [later - earlier for earlier, later in itertools.pairwise(asked)]
+    assert len(asked) <= 4 and all(gap >= 0.4 for gap in gaps), gaps

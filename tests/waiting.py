@@ -10,6 +10,12 @@ from typing import Any, TypeVar
 
 T = TypeVar("T")
 
+# A condition that costs time (a `snakedvc runs` or `squeue` in a subprocess, an ssh) is asked
+# again only after a pause of at least this many times its cost: the tests' waiting takes at most
+# a quarter of a core, where polling every 0.2 s took most of one on a 2-core machine and slowed
+# the very runs it waited for. Cheap conditions (a file, a log line) are asked every ``poll`` s.
+PAUSE_PER_COST = 3
+
 
 def wait_until(
     condition: Callable[[], T],
@@ -19,17 +25,20 @@ def wait_until(
     explain: Callable[[], str] | None = None,
     proc: subprocess.Popen[Any] | None = None,
 ) -> T:
-    """``condition()``'s first truthy value, asked every ``poll`` s. An AssertionError naming ``what``
+    """``condition()``'s first truthy value, asked every ``poll`` s (or less often where asking costs
+    time: see PAUSE_PER_COST). An AssertionError naming ``what``
     (and saying ``explain()``, e.g. a log's tail) if ``timeout`` s pass first, or at once if ``proc``
     has ended without it (with the process's output where it was piped)."""
     deadline = time.monotonic() + timeout
     while True:
         ended = proc is not None and proc.poll() is not None  # asked first: its last words count
+        asked = time.monotonic()
         if found := condition():
             return found
+        cost = time.monotonic() - asked
         if ended or time.monotonic() > deadline:
             break
-        time.sleep(poll)
+        time.sleep(max(poll, PAUSE_PER_COST * cost))
     said = [explain()[-4000:]] if explain else []
     if proc is not None and ended:
         said += [text[-4000:] for text in _output(proc) if text]
