@@ -125,8 +125,12 @@ def multinode_cluster() -> None:
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     # Multi-node tests last (the sort is stable): reshaping the cluster restarts its daemons, so
-    # it happens once, after every test of the one-node cluster.
-    items.sort(key=lambda item: item.get_closest_marker("multinode") is not None)
+    # it happens once, after every test of the one-node cluster. The slow tests (whole workflows)
+    # first: spread over xdist's workers, a long one started late would leave one worker running
+    # it alone at the end while the others idle.
+    items.sort(
+        key=lambda item: (item.get_closest_marker("multinode") is not None, item.get_closest_marker("slow") is None)
+    )
 
 
 def git(cwd: Path, *args: str) -> str:
