@@ -308,14 +308,16 @@ def kit(project: Path, *args: str) -> str:
 
 @pytest.mark.parametrize("way_out", ["the config corrected", "the save dropped"])
 def test_a_save_that_cannot_succeed_is_no_trap(project: Path, way_out: str) -> None:
-    """experiment.files naming what no job makes: the save fails and stays pending, and the next run
-    with the same config is refused saying the way out (before, every later run was refused, the
-    corrected config too: the pending save kept the old settings). Corrected, the next run does the
-    pending save with the new settings first; or `snakedvc pending drop` gives it up."""
-    broken = CONFIG.replace("experiment: {metrics: []}", "experiment: {metrics: [], files: [out/live]}")
+    """experiment.files naming a path the run does not write (inside its output, so the check
+    before any job lets it by): the save fails and stays pending, and the next run with the same
+    config is refused saying the way out (before, every later run was refused, the corrected
+    config too: the pending save kept the old settings). Corrected, the next run does the pending
+    save with the new settings first; or `snakedvc pending drop` gives it up."""
+    broken = CONFIG.replace("experiment: {metrics: []}", "experiment: {metrics: [], files: [out/model.bin/live]}")
     (project / "config.yaml").write_text(broken)
     failed = run_snakemake(project, *run_named("second", lr=0.02), check=False)
-    assert failed.returncode != 0 and "experiment not saved: the run did not produce out/live" in said(failed)
+    assert failed.returncode != 0
+    assert "experiment not saved: the run did not produce out/model.bin/live" in said(failed)
     refused = run_snakemake(project, *run_named("third", lr=0.03), check=False)
     assert refused.returncode != 0 and "experiment second" in said(refused)
     assert "snakedvc pending drop" in said(refused) and "Traceback" not in said(refused)[-1500:]
@@ -331,3 +333,19 @@ def test_a_save_that_cannot_succeed_is_no_trap(project: Path, way_out: str) -> N
         run_snakemake(project, *run_named("third", lr=0.03))
         assert experiments(project) == {"first": 0.01, "third": 0.03}
     assert "no pending save" in kit(project, "pending")
+
+
+def test_experiment_files_no_job_writes_stop_the_run_before_any_job(project: Path) -> None:
+    """A `files:` entry that no job of the run writes is a config mistake: said before any job, with
+    what to do; nothing trained, no save left pending (issue 50: it trained, then the save failed)."""
+    model = project / "out/model.bin"
+    before = model.read_bytes()
+    broken = CONFIG.replace("experiment: {metrics: []}", "experiment: {metrics: [], files: [out/live]}")
+    (project / "config.yaml").write_text(broken)
+    refused = run_snakemake(project, *run_named("second", lr=0.02), check=False)
+    message = said(refused)
+    assert refused.returncode != 0
+    assert "snakedvc.experiment: out/live (in metrics / files) is not an output of any job of this run" in message
+    assert "No job was started" in message and "snakedvc/engine/" not in message, message[-3000:]
+    assert model.read_bytes() == before and not (project / ".snakedvc/pending-save.json").exists()
+    assert experiments(project) == {"first": 0.01}

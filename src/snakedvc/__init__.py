@@ -19,7 +19,8 @@ In a Snakefile
 - ``training_resources(nodes, gpus_per_node)``: a training rule's SLURM resources for that layout
   (``resources: **snakedvc.training_resources(K, G)``).
 - Without the kit's include (rules of its own names, an ``onsuccess`` of its own):
-  ``configure(config, workflow)``, ``tracked(config, *outputs)``, ``finish_run(config, workflow)``;
+  ``configure(config, workflow)``, ``tracked(config, *outputs)``, ``start_run(config, workflow)``
+  (in ``onstart``), ``finish_run(config, workflow)`` (in ``onsuccess``);
   ``ConfigError``, ``validate_config(config, schema)`` for checks of a user's own.
 
 In a step a rule runs (optional: Snakemake's ``log:`` and its removal of a failed job's outputs do
@@ -48,7 +49,7 @@ from snakedvc.progressbar import progress
 
 if TYPE_CHECKING:
     from snakedvc.engine.config import validate_config
-    from snakedvc.engine.finish import finish_run
+    from snakedvc.engine.finish import finish_run, start_run
     from snakedvc.engine.sweep import plan as sweep_plan
     from snakedvc.engine.workflow import configure, flags, module_path, targets, tracked, training_resources
 
@@ -58,6 +59,7 @@ _HOST = {
     "validate_config": ("config", "validate_config"),
     "sweep_plan": ("sweep", "plan"),
     "finish_run": ("finish", "finish_run"),
+    "start_run": ("finish", "start_run"),
     "configure": ("workflow", "configure"),
     "flags": ("workflow", "flags"),
     "module_path": ("workflow", "module_path"),
@@ -100,6 +102,7 @@ __all__ = [
     "log_to",
     "module_path",
     "progress",
+    "start_run",
     "sweep_plan",
     "targets",
     "tracked",

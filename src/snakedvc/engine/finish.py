@@ -13,7 +13,7 @@ from typing import Any
 
 from snakedvc.engine.config import KEY, ConfigError, typed_overrides
 from snakedvc.engine.names import EXPERIMENT_NAME_ENV, EXPERIMENT_REPLACE_ENV, release_name
-from snakedvc.engine.records import dag_outputs, started_commit, write_record
+from snakedvc.engine.records import dag_outputs, started_commit, within, write_record
 from snakedvc.engine.settings import settings as kit_settings
 from snakedvc.engine.sweep.save import save_trials
 from snakedvc.engine.tracking import (
@@ -49,6 +49,30 @@ def finish_run(config: dict[str, Any], workflow: Any = None, root: Path | str = 
     if os.environ.get(SKIP_SAVE_ENV) == "1":
         return []
     return _finish(config, dag_outputs(workflow), typed_overrides(workflow), root, started_commit())
+
+
+def start_run(config: dict[str, Any], workflow: Any = None, root: Path | str = ".") -> None:
+    """Start of a run that will execute jobs (the kit's ``onstart``): the experiment's configured
+    metrics and files must be outputs of this run's DAG, or the run stops here, before any job,
+    rather than train and then refuse the save (issue 50: a ``files:`` entry no rule writes)."""
+    if workflow is None or os.environ.get(SKIP_SAVE_ENV) == "1" or not will_save(config, root):
+        return
+    if kit_settings(config).sweep.enabled:  # each trial's experiment is checked as it is saved
+        return
+    settings = experiment_settings(config)
+    own = dag_outputs(workflow)
+    foreign = [name for name in (*settings.metrics, *settings.files) if not within(name, own)]
+    if foreign:
+        raise ConfigError(
+            f"{KEY}.experiment: {', '.join(foreign)} (in metrics / files) is not an output of any job of this "
+            "run, so its experiment could not be saved: name outputs of the rules the run's targets need "
+            "(a folder a rule writes is a directory() output), or remove the entry. No job was started."
+        )
+
+
+def will_save(config: dict[str, Any], root: Path | str = ".") -> bool:
+    """Whether a successful run saves an experiment: tracking on, in a DVC repository."""
+    return kit_settings(config).tracking and is_dvc_repo(root)
 
 
 # A save that has not completed: written before it starts, removed when it ends. A save that

@@ -6,9 +6,10 @@
 #   rest against the workflow's own, --config values typed) before any rule reads it;
 # - tracking (`dvc add` of finished outputs on the submit host) and sweeps, as the rules
 #   kit_track, kit_rung and kit_report;
-# - at the end of a successful run, the run saved as a DVC experiment (a sweep: one per trial).
-#   Snakemake keeps one `onsuccess`: a workflow's own replaces this one, and then calls
-#   snakedvc.finish_run(config, workflow) itself.
+# - before the first job, the experiment's configured metrics and files checked against the run's
+#   DAG; at the end of a successful run, the run saved as a DVC experiment (a sweep: one per trial).
+#   Snakemake keeps one `onstart` and one `onsuccess`: a workflow's own replaces the kit's, and then
+#   calls snakedvc.start_run(config, workflow) / snakedvc.finish_run(config, workflow) itself.
 #
 # The two modules it uses, which a workflow may also use one at a time under names of its own.
 import snakedvc
@@ -38,6 +39,13 @@ module snakedvc_sweep:
 
 
 use rule * from snakedvc_sweep as kit_*
+
+
+onstart:
+    try:
+        snakedvc.start_run(config, workflow)
+    except snakedvc.ConfigError as error:  # as above: the message alone
+        raise snakedvc.ConfigError(str(error)) from None
 
 
 onsuccess:
