@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from snakedvc.engine.config import KEY, ConfigError, typed_overrides
+from snakedvc.engine.foreground import forward_sigterm_to_local_jobs
 from snakedvc.engine.names import EXPERIMENT_NAME_ENV, EXPERIMENT_REPLACE_ENV, release_name
 from snakedvc.engine.records import dag_outputs, started_commit, within, write_record
 from snakedvc.engine.settings import settings as kit_settings
@@ -54,8 +55,12 @@ def finish_run(config: dict[str, Any], workflow: Any = None, root: Path | str = 
 def start_run(config: dict[str, Any], workflow: Any = None, root: Path | str = ".") -> None:
     """Start of a run that will execute jobs (the kit's ``onstart``): the experiment's configured
     metrics and files must be outputs of this run's DAG, or the run stops here, before any job,
-    rather than train and then refuse the save (issue 50: a ``files:`` entry no rule writes)."""
-    if workflow is None or os.environ.get(SKIP_SAVE_ENV) == "1" or not will_save(config, root):
+    rather than train and then refuse the save (issue 50: a ``files:`` entry no rule writes). A
+    SIGTERM to the run then reaches its local jobs too (snakedvc.engine.foreground)."""
+    if workflow is None:
+        return
+    forward_sigterm_to_local_jobs(workflow, say)
+    if os.environ.get(SKIP_SAVE_ENV) == "1" or not will_save(config, root):
         return
     if kit_settings(config).sweep.enabled:  # each trial's experiment is checked as it is saved
         return
