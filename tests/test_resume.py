@@ -381,3 +381,16 @@ def test_a_folder_of_shards_is_an_input_hashed_file_by_file(tmp_path: Path) -> N
     assert key_dir() != first
     with pytest.raises(FileNotFoundError, match=r"input .*missing does not exist"):
         Resumable(params, [tmp_path / "missing"], root=tmp_path / "ckpt")
+
+
+def test_n_processes_without_a_process_group_are_told_what_to_add(tmp_path: Path) -> None:
+    """Under torchrun (WORLD_SIZE 2) with no process group, training stops before its first step with
+    what to add (issue 50: a single-process script run with procs=2 met torch's "Default process
+    group has not been initialized" instead)."""
+    from snakedvc.torch import NoProcessGroup, StopRequest
+    from snakedvc.torch.distributed import DistContext
+
+    ctx = DistContext(rank=1, world_size=2, backend="gloo")
+    resume = Resumable({"lr": 0.1}, root=tmp_path / "checkpoints", stop=StopRequest(signals=()), ctx=ctx)
+    with pytest.raises(NoProcessGroup, match=r"rank 1 of 2 .* has no process group: .*DistributedDataParallel"):
+        next(resume.epochs(3, nn.Linear(2, 1)))

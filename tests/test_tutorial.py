@@ -144,6 +144,9 @@ def test_the_tutorials_train_py_lines_are_the_ones_the_tutorial_project_uses() -
     lines = {line.strip() for line in TRAIN.splitlines()}
     shown = [line.strip() for line in tutorial_blocks()["train.py lines"].splitlines() if line.strip()]
     assert shown and [line for line in shown if line not in lines] == []
+    # The lines that make N processes one training, which procs=2 below runs.
+    distributed = [line.strip() for line in tutorial_blocks()["train.py lines for procs > 1"].splitlines()]
+    assert distributed and [line for line in distributed if line and line not in lines] == []
     # The tutorial's counts of the kit's lines are what its blocks hold.
     snakefile = tutorial_blocks()["Snakefile"]
     assert sum("# kit" in line for line in snakefile.splitlines()) == 11

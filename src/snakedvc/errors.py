@@ -31,6 +31,11 @@ class TrainingStopped(SystemExit):
         self.checkpoint = checkpoint
 
 
+class NoProcessGroup(RuntimeError):
+    """A trainer started on N processes (torchrun's WORLD_SIZE > 1) reached training without a
+    process group: said with what to add, where torch would fail later with its own words."""
+
+
 class CheckpointBusy(RuntimeError):
     """Another live trainer holds the lease on a checkpoint folder (``holder``: its lease record)."""
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from snakedvc.errors import EXIT_CHECKPOINTED, CheckpointBusy, TrainingStopped
+from snakedvc.errors import EXIT_CHECKPOINTED, CheckpointBusy, NoProcessGroup, TrainingStopped
 from snakedvc.logs import show_kit_messages
 from snakedvc.torch.options import add_resume_arguments
 
@@ -27,6 +27,7 @@ if TYPE_CHECKING:
 __all__ = [
     "EXIT_CHECKPOINTED",
     "CheckpointBusy",
+    "NoProcessGroup",
     "DistContext",
     "Resumable",
     "ShardError",

@@ -39,10 +39,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
+import torch.distributed as dist
 from torch import nn
 from torch.optim import Optimizer
 
-from snakedvc.errors import CheckpointBusy, TrainingStopped
+from snakedvc.errors import CheckpointBusy, NoProcessGroup, TrainingStopped
 from snakedvc.lease import DEFAULT_LEASE_WAIT_S, CheckpointLease
 from snakedvc.live import EpochLog
 from snakedvc.torch.checkpoint import (
@@ -222,6 +223,13 @@ class Resumable:
         First rank 0 takes the lease on the checkpoint folder (CheckpointBusy if another trainer
         keeps it); the other ranks wait for that, so all read the same newest checkpoint.
         """
+        if self.ctx.distributed and not dist.is_initialized():
+            raise NoProcessGroup(
+                f"rank {self.ctx.rank} of {self.ctx.world_size} (torchrun's RANK, WORLD_SIZE) has no process group: "
+                "a script run on N processes sets one up before training, and trains a DistributedDataParallel "
+                "model on its share of each batch (the tutorial's 'train.py lines for procs > 1'), or runs its "
+                "loop inside `with snakedvc.torch.distributed.session() as ctx:`"
+            )
         self._model = model.module if isinstance(model, nn.parallel.DistributedDataParallel) else model
         self._optimizer = optimizer
         self._extra = extra
