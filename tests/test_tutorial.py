@@ -263,7 +263,11 @@ def test_the_tutorial_runs_locally_end_to_end(project: Path) -> None:
     snakemake(project, "--profile", "profiles/local", "--config", "train={lr: 0.3}")
     assert sorted(e["params"]["train"]["lr"] for e in experiments(project).values()) == [0.1, 0.3]
 
-    # 2 processes under torchrun, stopped by SIGTERM mid-training, then the rerun resumes.
+    # 2 processes under torchrun, with the curves the tutorial's text offers (live=, nothing else
+    # changed), stopped by SIGTERM mid-training, then the rerun resumes.
+    with_live = 'resume = Resumable(vars(args), inputs=[args.data], live="results/live")'
+    (project / "train.py").write_text(TRAIN.replace("resume = Resumable(vars(args), inputs=[args.data])", with_live))
+    git(project, "commit", "-q", "-am", "curves")
     long = ["--profile", "profiles/local", "--config", "procs=2", "train={lr: 0.3, epochs: 400}"]
     first_try = subprocess.Popen([str(BIN / "snakemake"), *long], cwd=project, env=ENV,
                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)  # fmt: skip
@@ -285,6 +289,11 @@ def test_the_tutorial_runs_locally_end_to_end(project: Path) -> None:
     resumed = log.read_text()
     assert re.search(r"\[default0\]:.* resumed from epoch \d+ step \d+", resumed), resumed[-3000:]
     assert "[default1]:epoch 400 loss" in resumed and (project / "logs/fit.log.ranks").is_dir()
+    # The report draws them, though no rule declares results/live (its jobs wrote it while it ran).
+    run(project, str(BIN / "snakedvc"), "report")
+    assert 'alt="dvclive: results/live"' in (project / "results/report.html").read_text()
+    (project / "train.py").write_text(TRAIN)  # the sweep's trials would share one live folder
+    git(project, "commit", "-q", "-am", "no curves")
 
     # A sweep: one experiment per trial, holding its own trial.json and no plain run's metrics.
     snakemake(project, "--profile", "profiles/local", "--configfile", "sweep.yaml")

@@ -35,7 +35,7 @@ from snakedvc.engine.page import cell, curves_png, figure, read_curves, table
 from snakedvc.engine.records import dvc_yaml_entries, read_record, within
 from snakedvc.engine.runs.state import submitted_slurm_jobs
 from snakedvc.io import atomic_path
-from snakedvc.live import find_logs
+from snakedvc.live import METRICS_FILE, find_logs
 from snakedvc.slurm import ACTIVE_STATES
 
 # Accounting hears of a job's end a moment after Snakemake does (snakedvc-slurm sees the exit code
@@ -340,6 +340,23 @@ def layered_svg(labels: dict[int, str], edges: Sequence[tuple[int, int]]) -> str
     return "\n".join(parts)
 
 
+def _live_folders(root: Path, record: dict[str, Any] | None) -> set[Path]:
+    """The run's dvclive folders: those among its output folders, and those beside its outputs that
+    its jobs wrote while it ran (``Resumable(..., live="results/live")`` with no output declared
+    for it: issue 50). Without a record, those under results/."""
+    if record is None:
+        return set(find_logs(root / "results")) if (root / "results").is_dir() else set()
+    outputs = [root / p for p in record["outputs"]]
+    found = {folder for base in outputs if base.is_dir() for folder in find_logs(base)}
+    beside = {base.parent for base in outputs if base.parent != root and base.parent.is_dir()}
+    started, finished = float(record.get("started") or 0), float(record.get("finished") or 0)
+    for folder in {folder for base in beside for folder in find_logs(base)} - found:
+        written = (folder / METRICS_FILE).stat().st_mtime
+        if started <= written <= finished:
+            found.add(folder)
+    return found
+
+
 def collect(root: Path, title: str, snakemake_args: Sequence[str] = (), sweep_dir: Path | None = None) -> Report:
     entries = dvc_yaml_entries(root)
     report = Report(title=title)
@@ -362,13 +379,10 @@ def collect(root: Path, title: str, snakemake_args: Sequence[str] = (), sweep_di
     for name in entries["params"]:
         if isinstance(name, str) and (root / name).is_file() and ours(name):
             report.params.update(flatten(read_structured(root / name)))
-    # dvclive folders among the run's output folders (without a record: under results/).
-    bases = [root / p for p in record["outputs"]] if record else [root / "results"]
-    folders = {folder for base in bases if base.is_dir() for folder in find_logs(base)}
-    for folder in sorted(folders):
+    for folder in sorted(_live_folders(root, record)):
         relative = folder.relative_to(root)
-        if not ours(str(relative)) or (sweep_dir and folder.is_relative_to(sweep_dir.parent)):
-            continue  # another run's; or the sweep's trials, which the sweep section draws together
+        if sweep_dir and folder.is_relative_to(sweep_dir.parent):
+            continue  # the sweep's trials, which the sweep section draws together
         curves = read_curves(folder)
         if curves:
             report.curves.append((str(relative), curves_png({str(relative): curves}, str(relative))))
