@@ -223,8 +223,12 @@ def test_the_tutorials_train_py_resumed_mid_epoch_logs_what_an_uninterrupted_run
 
 @pytest.fixture(scope="module")
 def project(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tutorial_project(tmp_path_factory.mktemp("tutorial") / "classifier")
+
+
+def tutorial_project(project: Path) -> Path:
+    """The tutorial's project: its files as the page gives them, committed, after `snakedvc init`."""
     blocks = tutorial_blocks()
-    project = tmp_path_factory.mktemp("tutorial") / "classifier"
     project.mkdir()
     git(project, "init", "-q", "-b", "main")
     git(project, "config", "user.email", "user@example.com")
@@ -338,3 +342,28 @@ def test_the_tutorial_runs_on_the_test_cluster(project: Path, slurm_cluster: Non
     assert found[0.05]["metrics"]["results/metrics.json"] == json.loads((project / "results/metrics.json").read_text())
     assert dvc(project, "status").returncode == 0
     assert yaml.safe_load((project / "profiles/slurm/partitions.yaml").read_text())["partitions"]
+
+
+def test_restore_names_what_it_changes_and_leaves_untracked_files_alone(tmp_path: Path) -> None:
+    """`snakedvc restore` says which files it puts back, keeps the untracked files the experiment
+    holds no version of (the prepared data no rule tracks, a file of the user's), and `snakemake -n`
+    with the experiment's config plans nothing (issue 50: `dvc exp apply` removed results/data.npz,
+    and the dry run planned prepare and fit again)."""
+    project = tutorial_project(tmp_path / "classifier")
+    for name, lr in (("low", 0.11), ("high", 0.12)):
+        snakemake(project, "--profile", "profiles/local", "--config", f"train={{lr: {lr}}}",
+                  f"snakedvc={{experiment: {{name: {name}}}}}")  # fmt: skip
+    data = (project / "results/data.npz").read_bytes()
+    (project / "notes.txt").write_text("mine\n")
+    said = run(project, str(BIN / "snakedvc"), "restore", "low").stderr
+    assert "snakedvc restore: low puts back its files: results/metrics.json, results/model.pt.dvc" in said, said
+    assert "and the outputs they record: results/model.pt" in said
+    assert "left as they were: your untracked files" in said and "results/data.npz" in said
+    assert (project / "results/data.npz").read_bytes() == data
+    assert (project / "notes.txt").read_text() == "mine\n"
+    assert (
+        json.loads((project / "results/metrics.json").read_text())
+        == experiments(project)["low"]["metrics"]["results/metrics.json"]
+    )
+    plan = snakemake(project, "-n", "--profile", "profiles/local", "--config", "train={lr: 0.11}")
+    assert "Nothing to be done" in plan.stdout + plan.stderr, plan.stdout[-2000:]

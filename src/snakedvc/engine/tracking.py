@@ -27,6 +27,7 @@ from typing import Any
 
 import yaml
 
+from snakedvc.engine.aside import untracked_kept
 from snakedvc.engine.config import KEY
 from snakedvc.engine.env import python_module
 from snakedvc.engine.names import (
@@ -482,6 +483,11 @@ def rebase_experiment(name: str, baseline: str, root: Path | str = ".") -> bool:
     return True
 
 
+def say_restore(line: str) -> None:
+    """What restore changes, said as it does it (paths from the top of the git repository)."""
+    print(f"snakedvc restore: {line}", file=sys.stderr, flush=True)
+
+
 def restore(name: str, params_file: str = "results/params.yaml", root: Path | str = ".") -> None:
     """`dvc exp apply` an experiment, then make Snakemake see its outputs as up to date.
 
@@ -491,8 +497,11 @@ def restore(name: str, params_file: str = "results/params.yaml", root: Path | st
     `snakemake -n` then plans only what differs between params.yaml and that config.
     """
     validate_experiment_name(name)
-    with repo_lock(root):
+    with repo_lock(root), untracked_kept(root) as kept:
         _apply_experiment(name, root)
+    if kept:
+        shown = ", ".join(kept[:8]) + (f" and {len(kept) - 8} more" if len(kept) > 8 else "")
+        say_restore(f"left as they were: your untracked files that {name} holds no version of ({shown})")
     base = [*python_module("snakemake"), "--cores", "1"]
     if (Path(root) / params_file).is_file():
         base += ["--configfile", str(params_file)]
@@ -524,8 +533,11 @@ def _apply_experiment(name: str, root: Path | str = ".") -> None:
     ref = experiment_ref(name, root)
     if ref is None:
         raise TrackingError(f"no experiment named {name!r} (dvc exp show -A lists them)")
-    changed = _git(root, "diff", "--name-only", "-z", "HEAD", ref).split("\0")
+    changed = [p for p in _git(root, "diff", "--name-only", "-z", "HEAD", ref).split("\0") if p]
     targets = sorted(p for p in changed if p.endswith(".dvc") and not p.startswith(".dvc/"))  # from the top
+    say_restore(f"{name} puts back its files: {', '.join(changed) or 'none changed'}")
+    if targets:
+        say_restore(f"and the outputs they record: {', '.join(t.removesuffix('.dvc') for t in targets)}")
     log.info("running: dvc exp apply %s (checking out %s)", name, ", ".join(targets) or "nothing")
     env = {**os.environ, "DVC_NO_ANALYTICS": "1"}
     top = subprocess.run(["git", "rev-parse", "--show-toplevel"], cwd=root, capture_output=True, text=True)
