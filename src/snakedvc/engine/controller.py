@@ -26,6 +26,7 @@ from typing import Any
 
 from snakedvc import slurm
 from snakedvc.engine.env import python_module
+from snakedvc.engine.foreground import descendants
 from snakedvc.engine.names import EXPERIMENT_NAME_ENV, EXPERIMENT_REPLACE_ENV
 from snakedvc.engine.runs.control import jobs_in_workspace
 from snakedvc.engine.runs.record import CANCEL_MARKER, Run, RunError
@@ -247,23 +248,11 @@ class Controller:
 
 def running_descendants(pid: int) -> list[str]:
     """The command lines of the processes below ``pid`` (from /proc), a Snakemake among them left out."""
-    children: dict[int, list[int]] = {}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:  # gone meanwhile
-            continue
-        parent = int(stat[stat.rindex(")") + 2 :].split()[1])  # after "(comm) state"
-        children.setdefault(parent, []).append(int(entry.name))
-    found, todo = [], list(children.get(pid, []))
-    while todo:
-        child = todo.pop()
-        todo += children.get(child, [])
+    found = []
+    for child in descendants(pid):
         try:
             argv = (Path("/proc") / str(child) / "cmdline").read_bytes().decode(errors="replace").split("\0")
-        except OSError:
+        except OSError:  # gone meanwhile
             continue
         if "snakemake" not in argv[1:3]:  # Snakemake itself (under `snakedvc exp run`) is no step
             found.append(" ".join(argv).strip())
