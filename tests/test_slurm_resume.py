@@ -84,9 +84,10 @@ def test_time_limit_signal_checkpoints_and_resubmits(slurm_cluster, project: Pat
     # limit (the signal lands anywhere from 0 to 60 s before the time asked), the running job's
     # limit is cut to 2 minutes (scontrol update), as a cluster's limit would be reached: the
     # warning is then due 30 s after the job started (it came 22 s in, at epoch ~2400, here).
-    # 20000 epochs take ~2 minutes: the signal comes mid-training, and the next job (the rule's own
-    # 60-minute limit) finishes it.
-    more = ["train={max_epochs: 20000, patience: 100000, hidden_sizes: [64], checkpoint_every: 500}"]
+    # 10000 epochs take ~90 s (the signal came at epoch ~2400 of 22 s): it comes mid-training even on
+    # a machine 3x as fast, and the next job (the rule's own 60-minute limit) finishes it. (20000
+    # epochs made the retry the longest wait of CI's SLURM tests.)
+    more = ["train={max_epochs: 10000, patience: 100000, hidden_sizes: [64], checkpoint_every: 500}"]
     snakemake = subprocess.Popen(
         [
             sys.executable, "-m", "snakemake", "--profile", "profiles/slurm", "--retries", "2",
