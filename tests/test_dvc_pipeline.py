@@ -21,6 +21,7 @@ import pytest
 import yaml
 
 from snakedvc.engine.dvcpipeline import PipelineError, kit_profile, read_plan
+from snakedvc.engine.dvcpipeline.run import STOP_WAIT_S
 from snakedvc.engine.names import experiment_ref
 from tests.conftest import git, running_rule_jobs, slurm_jobs_by_rule
 from tests.test_tutorial import BIN, ENV, run
@@ -611,7 +612,9 @@ def test_a_stopped_local_run_stops_its_stages_and_records_only_the_finished(tmp_
             run.send_signal(signal.SIGINT)
         else:
             os.killpg(run.pid, signal.SIGTERM)
-        _, stderr = run.communicate(timeout=60)
+        # Seconds here; over 60 in CI under load. The kit itself waits up to STOP_WAIT_S (60 s) for
+        # Snakemake before its SIGKILL: the test must outwait that, not race it.
+        _, stderr = run.communicate(timeout=STOP_WAIT_S + 240)
     finally:
         if run.poll() is None:
             run.kill()
