@@ -36,8 +36,8 @@ digits: setup
 
 # --durations: the slowest tests, to keep the whole run short (CI's target is 45 minutes).
 # scripts/test-engine runs the engine's tests in groups side by side (see there).
+# (tests/esol, the ESOL steps' tests, run there too, in the steps' environment.)
 test: setup docs cluster-up browser sshd
-	$(STEP_BIN)/python -m pytest --durations=10 tests/esol
 	scripts/test-engine
 
 test-fast: setup
