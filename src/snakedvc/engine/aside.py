@@ -4,7 +4,8 @@
 tutorial user's prepared data (results/data.npz, no rule tracks it) was gone, and `snakemake -n`
 then planned the whole pipeline again. Every untracked file (ignored ones too) is moved aside
 under .snakedvc/ before the apply (a rename: no copy) and put back where the apply left nothing;
-where the experiment has its own version of a path, that version stays.
+where the experiment has its own version of a path, that version stays. Python environments
+(a project's .venv) stay where they are.
 """
 
 from __future__ import annotations
@@ -20,10 +21,21 @@ NOT_THE_USERS = (".git", ".dvc", ".snakemake", ".snakedvc", ".checkpoints")
 ASIDE = Path(".snakedvc") / "restore-aside"
 
 
+# A file that marks its folder as a Python environment (venv, conda): restore leaves such a folder
+# where it is. DVC never touches it, and moving it would pull the running interpreter from under
+# restore itself (a project's .venv, as the tutorial makes it) and cost a minute of renames.
+ENVIRONMENT_MARKERS = ("pyvenv.cfg", "conda-meta/history")
+
+
 def untracked(root: Path | str) -> list[str]:
-    """Files under ``root`` that git does not track (ignored ones too), relative to ``root``."""
+    """Files under ``root`` that git does not track (ignored ones too), relative to ``root``; not those
+    of Python environments."""
     listed = subprocess.run(["git", "ls-files", "--others", "-z"], cwd=root, capture_output=True, text=True, check=True)
-    return sorted(p for p in listed.stdout.split("\0") if p and p.split("/", 1)[0] not in NOT_THE_USERS)
+    names = [p for p in listed.stdout.split("\0") if p and p.split("/", 1)[0] not in NOT_THE_USERS]
+    environments = tuple(
+        name.removesuffix(marker) for name in names for marker in ENVIRONMENT_MARKERS if name.endswith("/" + marker)
+    )
+    return sorted(name for name in names if not name.startswith(environments))
 
 
 @contextlib.contextmanager
