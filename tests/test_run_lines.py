@@ -3,6 +3,8 @@ or why none; a run Snakemake finds nothing to do in too (Snakemake runs no onsuc
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -16,8 +18,13 @@ pytestmark = pytest.mark.slow
 def test_a_run_with_nothing_to_do_names_the_experiment_that_holds_its_results(project: Path) -> None:  # noqa: F811
     again = run_snakemake(project, "--cores", "1")
     assert "Nothing to be done" in said(again)
-    assert "snakedvc: nothing to be done: the last experiment, first, already holds these results" in said(again)
+    assert "snakedvc: nothing to be done: experiment first already holds these results" in said(again)
     dry = run_snakemake(project, "--cores", "1", "-n")  # a dry run saves nothing and says nothing of it
     assert "snakedvc: nothing to be done" not in said(dry)
     ran = run_snakemake(project, *run_named("second", lr=0.02))
     assert "snakedvc: saved experiment second" in said(ran) and "nothing to be done" not in said(ran)
+    # Back to the first: its results are in the workspace again, and the line names it, not the
+    # last experiment saved (second).
+    subprocess.run([sys.executable, "-m", "snakedvc", "restore", "first"], cwd=project, check=True, capture_output=True)
+    back = run_snakemake(project, "--cores", "1", "--config", "train={lr: 0.01}")
+    assert "snakedvc: nothing to be done: experiment first already holds these results" in said(back), said(back)

@@ -66,6 +66,41 @@ def experiment_ref(name: str, root: str | Path = ".") -> str | None:
     return experiment_refs(root).get(name)
 
 
+def experiment_holding_workspace(root: str | Path = ".", newest: int = 200) -> str | None:
+    """The newest experiment whose every change to its baseline (.dvc files, params, metrics) the
+    workspace holds byte for byte: the one whose results these are (after a restore, or a sweep, not
+    the last one saved). None where none of the ``newest`` experiments is."""
+    names = {ref: name for name, ref in experiment_refs(root).items()}
+    listed = subprocess.run(
+        ["git", "for-each-ref", "--sort=-committerdate", "--format=%(refname)", "refs/exps"],
+        cwd=root, capture_output=True, text=True,
+    ).stdout.split()  # fmt: skip
+    refs = [ref for ref in listed if ref in names][:newest]
+    top = Path(
+        subprocess.run(["git", "rev-parse", "--show-toplevel"], cwd=root, capture_output=True, text=True).stdout.strip()
+        or root
+    )
+    changes = {}
+    for ref in refs:
+        # raw lines: ":<mode> <mode> <blob> <blob> <status>\t<path>" against the experiment's baseline
+        diff = subprocess.run(["git", "diff-tree", "-r", f"{ref}^", ref], cwd=top, capture_output=True, text=True)
+        changes[ref] = {
+            line.split("\t", 1)[1]: line.split()[3]
+            for line in diff.stdout.splitlines()
+            if line.startswith(":") and "\t" in line
+        }
+    paths = sorted({path for changed in changes.values() for path in changed if (top / path).is_file()})
+    hashed = subprocess.run(
+        ["git", "hash-object", "--stdin-paths"], cwd=top, input="\n".join(paths), capture_output=True, text=True
+    ).stdout.split()
+    workspace = dict(zip(paths, hashed, strict=True)) if len(hashed) == len(paths) else {}
+    absent = "0" * 40  # the blob of a file the experiment deleted
+    for ref in refs:
+        if changes[ref] and all(workspace.get(path, absent) == blob for path, blob in changes[ref].items()):
+            return names[ref]
+    return None
+
+
 def describe_experiment(ref: str, root: str | Path = ".") -> str:
     """When and on which commit an experiment was saved, in words."""
     shown = subprocess.run(

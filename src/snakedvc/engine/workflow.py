@@ -38,6 +38,7 @@ from snakedvc.engine.names import (
     NameTaken,
     check_name_is_free,
     claim_name,
+    experiment_holding_workspace,
     experiment_refs,
     validate_experiment_name,
 )
@@ -148,9 +149,12 @@ def _say_if_nothing_was_done(workflow: Any) -> None:
             return
     except (AttributeError, OSError):  # no log to read: nothing to say
         return
+    holding = experiment_holding_workspace(".")
     saved = (read_record(".") or {}).get("experiments") or []
-    if saved:
-        say(f"nothing to be done: the last experiment, {saved[-1]}, already holds these results (no new one saved)")
+    if holding:
+        say(f"nothing to be done: experiment {holding} already holds these results (no new one saved)")
+    elif saved:
+        say(f"nothing to be done, and no new experiment saved (the last one saved here: {saved[-1]})")
     else:
         say("nothing to be done, and no experiment saved: the outputs were made by no recorded run here; "
             "`snakemake --forceall` (or -R RULE) runs again and records them")  # fmt: skip
