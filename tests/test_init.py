@@ -48,9 +48,12 @@ def test_init_writes_what_a_project_needs_and_never_overwrites(tmp_path: Path, m
         (repo / "results" / name).write_text("x\n")
     (repo / "logs").mkdir()
     (repo / "logs/fit.log").write_text("x\n")
+    (repo / ".venv/bin").mkdir(parents=True)  # the tutorial's environment, made in the project
+    (repo / ".venv/pyvenv.cfg").write_text("x\n")
     seen = git(repo, "status", "--porcelain", "--untracked-files=all")
     assert "results/model/model.pt.dvc" in seen and "results/model/.gitignore" in seen
     assert "model.pt\n" not in seen and "metrics.json" not in seen and "logs/" not in seen, seen
+    assert ".venv" not in seen, seen
     monkeypatch.chdir(repo)
     assert snakedvc.tracked({"snakedvc": {}}, ["results/model/model.pt"]) == ["results/model/model.pt.dvc"]
 

@@ -31,7 +31,9 @@ class InitError(RuntimeError):
 
 # Outputs live under results/: git ignores them, but not the .dvc files DVC writes beside tracked
 # ones, nor the .gitignore files it writes there (git must see every .dvc file: DVC refuses one it ignores).
+# /.venv/: the tutorial makes the environment in the project, and then commits with `git add -A`.
 GITIGNORE = [
+    "/.venv/",
     "/.snakemake/",
     "/.snakedvc/",
     "/logs/",
