@@ -310,3 +310,17 @@ def test_asha_keys_are_refused_with_another_strategy_and_a_missing_replay_log_is
     config = sweep_config(space={"train.lr": [0.01, 0.1]}, strategy="asha", replay="no/such/decisions.jsonl")
     with pytest.raises(ConfigError, match="snakedvc.sweep.replay': no file no/such/decisions.jsonl"):
         SweepPlan._from_config(config)
+
+
+def test_a_trials_folder_output_stays_a_folder() -> None:
+    """``SWEEP.outputs(live=directory("live"))``: the trial's own dvclive folder, still a directory()
+    output (a stranger's trials failed with Snakemake's "Outputs of incorrect type" when the flag was lost)."""
+    from snakemake.io import directory, is_flagged, temp
+
+    from snakedvc.engine.sweep import plan as sweep_plan
+
+    plan = sweep_plan(sweep_config(space={"train.lr": [0.01, 0.02]}, min_epochs=2))
+    outputs = plan.outputs(model="model.pt", live=directory("live"), scratch=temp("scratch.bin"))
+    assert outputs["live"] == plan.trial_file("live") and is_flagged(outputs["live"], "directory")
+    assert is_flagged(outputs["scratch"], "temp") and not is_flagged(outputs["scratch"], "directory")
+    assert outputs["model"] == plan.trial_file("model.pt") and not is_flagged(outputs["model"], "directory")

@@ -156,11 +156,12 @@ class SweepPlan:
         return f"{folder}/{name}" if name else folder
 
     def outputs(self, **files: str) -> dict[str, str]:
-        """The trial rule's outputs: ``metrics`` and ``state`` (the contract), plus the user's named files."""
+        """The trial rule's outputs: ``metrics`` and ``state`` (the contract), plus the user's named files,
+        each in the trial's folder; Snakemake's flags stay on them (``live=directory("live")``)."""
         return {
             "metrics": self.trial_file(self._settings.metrics_file),
             "state": self.trial_file(self._settings.state_file),
-            **{name: self.trial_file(file) for name, file in files.items()},
+            **{name: _flagged_as(file, self.trial_file(str(file))) for name, file in files.items()},
         }
 
     def log(self, name: str = "train") -> str:
@@ -437,3 +438,16 @@ def plan(config: Mapping[str, Any]) -> SweepPlan:
     if key not in _PLANS:
         _PLANS[key] = SweepPlan._from_config(config)
     return _PLANS[key]
+
+
+def _flagged_as(given: Any, path: str) -> Any:
+    """``path`` with the Snakemake flags ``given`` carries (directory(), temp(), ...): a trial's folder
+    output stays a folder. Snakemake is imported only where a flag came from it."""
+    flags = getattr(given, "flags", None)
+    if not flags:
+        return path
+    from snakemake.io import flag
+
+    for name, value in flags.items():
+        path = flag(path, name, value)
+    return path
