@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from snakedvc.engine.names import experiment_ref
 from tests.conftest import REPO, dvc, folder_files, git, slurm_jobs_by_rule, trainers_in
 from tests.test_records import shown_experiments
 from tests.waiting import text_of, wait_until
@@ -367,3 +368,36 @@ def test_restore_names_what_it_changes_and_leaves_untracked_files_alone(tmp_path
     )
     plan = snakemake(project, "-n", "--profile", "profiles/local", "--config", "train={lr: 0.11}")
     assert "Nothing to be done" in plan.stdout + plan.stderr, plan.stdout[-2000:]
+
+
+@pytest.mark.slow
+def test_the_curves_lines_keep_the_curves_in_the_experiment_and_give_each_trial_a_folder(tmp_path: Path) -> None:
+    """The block "curves in each experiment", put in the tutorial's Snakefile where its lines go, with
+    the train.py and config lines its text names: the run's experiment holds results/live, and a
+    sweep plans each trial its own live folder."""
+    project = tutorial_project(tmp_path / "project")
+    block = [line for line in tutorial_blocks()["curves in each experiment"].splitlines() if line.strip()]
+    replaced = [
+        '    output: model="results/model.pt", metrics="results/metrics.json"',
+        '        " {params.hp} --data {input.data:q} --model {output.model:q} --metrics {output.metrics:q}"',
+        '    output: **SWEEP.outputs(model="model.pt")  # kit',
+    ]
+    snakefile = (project / "Snakefile").read_text()
+    for old, new in zip(replaced, block, strict=True):
+        assert old in snakefile, old
+        snakefile = snakefile.replace(old, new)
+    (project / "Snakefile").write_text(snakefile)
+    train = TRAIN.replace('    parser.add_argument("--metrics", required=True)\n',
+                          '    parser.add_argument("--metrics", required=True)\n    parser.add_argument("--live")\n')  # fmt: skip
+    (project / "train.py").write_text(train.replace("inputs=[args.data])", "inputs=[args.data], live=args.live)"))
+    config = yaml.safe_load((project / "config.yaml").read_text())
+    config["snakedvc"]["experiment"]["files"] = ["results/live"]
+    (project / "config.yaml").write_text(yaml.safe_dump(config))
+    git(project, "add", "-A")
+    git(project, "commit", "-q", "-m", "curves")
+    snakemake(project, "--profile", "profiles/local", "--config", "train={epochs: 2}")
+    (name,) = experiments(project)
+    held = git(project, "ls-tree", "-r", "--name-only", experiment_ref(name, project) or "")
+    assert "results/live/metrics.json" in held.split(), held
+    planned = snakemake(project, "-n", "--configfile", "sweep.yaml")
+    assert re.search(r"trials/t000/rung0/live\b", planned.stdout + planned.stderr), planned.stdout[-3000:]
