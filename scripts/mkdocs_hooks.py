@@ -1,8 +1,12 @@
-"""MkDocs hook (mkdocs.yml `hooks:`): the reference page's generated parts, made at build time so
-they cannot go stale. In docs/reference.md, `<!-- snakedvc:config-keys -->` becomes a table of
-every key of the kit's schema (src/snakedvc/schemas/snakedvc.schema.yaml: type, default,
-description) and `<!-- snakedvc:commands -->` every command of `snakedvc --help` (src/snakedvc/cli.py's
-parser: what it does, its usage, its arguments). A marker missing from the page fails the build."""
+"""MkDocs hook (mkdocs.yml `hooks:`): the reference page's generated parts. In docs/reference.md,
+after `<!-- snakedvc:config-keys -->` a table of every key of the kit's schema
+(src/snakedvc/schemas/snakedvc.schema.yaml: type, default, description), and after
+`<!-- snakedvc:commands -->` every command of `snakedvc --help` (src/snakedvc/cli.py's parser: what it
+does, its usage, its arguments), each up to its closing `<!-- /snakedvc:... -->`.
+
+The page holds them as generated, so that it reads whole on GitHub too; the build makes them again
+(the site cannot go stale) and tests/test_docs.py fails where the page's copy is stale:
+`python scripts/mkdocs_hooks.py` rewrites it. A marker missing from the page fails the build."""
 
 from __future__ import annotations
 
@@ -32,8 +36,23 @@ def on_page_markdown(markdown: str, page: Any, **_: Any) -> str:
     for marker in (CONFIG_MARKER, COMMANDS_MARKER):
         if marker not in markdown:
             raise PluginError(f"{PAGE} has no {marker}: scripts/mkdocs_hooks.py puts a generated table there")
-    markdown = markdown.replace(CONFIG_MARKER, config_table(yaml.safe_load(SCHEMA.read_text())))
-    return markdown.replace(COMMANDS_MARKER, commands_reference(cli_parser()))
+    return filled(markdown)
+
+
+def filled(markdown: str) -> str:
+    """``markdown`` with what follows each marker, up to its closing one, generated anew."""
+    generated = {
+        CONFIG_MARKER: lambda: config_table(yaml.safe_load(SCHEMA.read_text())),
+        COMMANDS_MARKER: lambda: commands_reference(cli_parser()),
+    }
+    for marker, make in generated.items():
+        if marker not in markdown:
+            continue
+        closing = marker.replace("<!-- ", "<!-- /")
+        before, _, rest = markdown.partition(marker)
+        after = rest.partition(closing)[2] if closing in rest else rest
+        markdown = f"{before}{marker}\n\n{make().strip()}\n\n{closing}{after}"
+    return markdown
 
 
 # --- config keys -------------------------------------------------------------------------------
@@ -147,3 +166,10 @@ def argument_name(action: argparse.Action) -> str:
     takes_value = action.nargs != 0
     metavar = action.metavar or action.dest.upper()
     return ", ".join(f"{option} {metavar}" if takes_value else option for option in action.option_strings)
+
+
+if __name__ == "__main__":
+    # Rewrite docs/reference.md's generated parts (tests/test_docs.py says when they are stale).
+    page = REPO / "docs" / PAGE
+    page.write_text(filled(page.read_text()))
+    print(f"wrote the generated parts of {page.relative_to(REPO)}")
