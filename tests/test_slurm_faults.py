@@ -62,8 +62,8 @@ def test_submit_once_adopts_the_job_that_a_timed_out_sbatch_made(slurm_cluster: 
 
 
 def test_a_stalled_slurmctld_during_a_detached_run(slurm_cluster: None, tmp_path: Path) -> None:
-    """Submit while slurmctld is stopped, and stop it again for 30 s while the run's first job runs,
-    so that the next job's sbatch times out: one SLURM job per job, `runs` says unknown (not lost),
+    """Submit while slurmctld is stopped, and stop it again while the run's first job runs, until
+    after it has ended, so that the next job's sbatch times out: one SLURM job per job, `runs` says unknown (not lost),
     `resume` refuses, and afterwards does nothing twice; the model is the one a local run makes."""
     reference = dvc_example(tmp_path / "reference")
     run_snakemake(reference, "--profile", LOCAL)
@@ -105,7 +105,11 @@ def test_a_stalled_slurmctld_during_a_detached_run(slurm_cluster: None, tmp_path
         assert time.monotonic() - started < 25, "runs took too long"
         refused = snakedvc(repo, "resume", run["id"], check=False)
         assert refused.returncode == 1 and "not resumed" in refused.stderr, refused.stderr
-        time.sleep(max(0, 30 - (time.monotonic() - started)))  # a deliberate duration: stopped 30 s in all
+        # The next job's sbatch must come while slurmctld is stopped: its first job finished (an event,
+        # waited for: under CI's load it took over 30 s), then a deliberate duration past sbatch's
+        # timeout (MessageTimeout, 10 s), and 30 s stopped in all at least.
+        wait_until(lambda: (workspace / "results/data/digits.npz").is_file(), "the run's first job to finish", 300)
+        time.sleep(max(15.0, 30 - (time.monotonic() - started)))
     for _ in range(2):
         again = snakedvc(repo, "resume", run["id"])
         assert "nothing to resume" in again.stdout, again.stdout
