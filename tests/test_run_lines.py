@@ -28,3 +28,21 @@ def test_a_run_with_nothing_to_do_names_the_experiment_that_holds_its_results(pr
     subprocess.run([sys.executable, "-m", "snakedvc", "restore", "first"], cwd=project, check=True, capture_output=True)
     back = run_snakemake(project, "--cores", "1", "--config", "train={lr: 0.01}")
     assert "snakedvc: nothing to be done: experiment first already holds these results" in said(back), said(back)
+
+
+def test_a_run_in_a_repository_with_no_commit_stops_before_any_job_saying_commit_first(tmp_path: Path) -> None:
+    """A stranger's first run (a fresh HOME: git had no identity, so the commit failed) went on, and
+    its training job failed in dvclive's git calls ("SCMError: Empty git repo")."""
+    from tests.conftest import dvc, git
+    from tests.test_save_faults import CONFIG, SNAKEFILE
+
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    (repo / "Snakefile").write_text(SNAKEFILE)
+    (repo / "config.yaml").write_text(CONFIG)
+    git(repo, "init", "-q", "-b", "main")
+    dvc(repo, "init", "-q")
+    stopped = run_snakemake(repo, "--cores", "1", check=False)
+    assert stopped.returncode != 0
+    assert "this git repository has no commit yet" in said(stopped) and "git add -A && git commit" in said(stopped)
+    assert not (repo / "out").exists(), "a job ran"

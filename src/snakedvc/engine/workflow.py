@@ -95,6 +95,9 @@ def configure(config: dict[str, Any], workflow: Any = None) -> Settings:
     if getattr(workflow, "is_main_process", False) and _runs_and_saves(workflow):
         from snakedvc.engine.finish import save_pending
 
+        if kit.tracking:
+            _check_a_baseline_commit()
+
         # An earlier run's save that failed: done first, or this run stops here. Rerunning that run's
         # command is how its save is redone: the name it has just saved is this run's, not a clash.
         _check_names(kit, saved_now=save_pending(experiment=values.get("experiment")))
@@ -158,6 +161,20 @@ def _say_if_nothing_was_done(workflow: Any) -> None:
     else:
         say("nothing to be done, and no experiment saved: the outputs were made by no recorded run here; "
             "`snakemake --forceall` (or -R RULE) runs again and records them")  # fmt: skip
+
+
+def _check_a_baseline_commit(root: str = ".") -> None:
+    """Before any job: in a DVC repository, git has a commit (HEAD). An experiment is a commit on top
+    of one; without it a stranger's first run failed inside its training job, in dvclive's git calls
+    ("SCMError: Empty git repo"), and could save nothing."""
+    if dvc_root(root) is None:
+        return
+    head = subprocess.run(["git", "rev-parse", "--verify", "-q", "HEAD"], cwd=root, capture_output=True, text=True)
+    if head.returncode != 0:
+        raise ConfigError(
+            "this git repository has no commit yet, and each run is saved as a DVC experiment on top of one: "
+            'commit your code first (git add -A && git commit -m "my project"), then run again'
+        )
 
 
 def _check_names(kit: Settings, saved_now: Sequence[str] = ()) -> None:
