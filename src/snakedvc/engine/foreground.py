@@ -53,15 +53,28 @@ def descendants(root: int, proc: Path = Path("/proc")) -> list[int]:
         for entry in proc.iterdir():
             if not entry.name.isdigit():
                 continue
-            try:
-                stat = (entry / "stat").read_text()
-            except OSError:  # ended meanwhile
+            fields = _stat_fields(entry)
+            if fields is None:  # ended meanwhile
                 continue
-            parent = int(stat.rsplit(")", 1)[1].split()[1])
-            children.setdefault(parent, []).append(int(entry.name))
+            children.setdefault(int(fields[1]), []).append(int(entry.name))
     found, todo = [], [root]
     while todo:
         for child in children.get(todo.pop(), []):
             found.append(child)
             todo.append(child)
     return found
+
+
+def started_at(pid: int, proc: Path = Path("/proc")) -> str | None:
+    """When process ``pid`` started (clock ticks since boot): with its pid, it names one process, not
+    a later one given the same pid. None where it has ended (or there is no /proc)."""
+    fields = _stat_fields(proc / str(pid))
+    return fields[19] if fields is not None else None
+
+
+def _stat_fields(entry: Path) -> list[str] | None:
+    """/proc/PID/stat's fields after the command's name (state, ppid, ... : field 3 onwards)."""
+    try:
+        return (entry / "stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None

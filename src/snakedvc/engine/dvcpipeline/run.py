@@ -28,7 +28,7 @@ from snakedvc.engine.dvcpipeline.plan import (
 )
 from snakedvc.engine.dvcpipeline.save import Recorded, check_name_is_free, failure, random_experiment_name, save
 from snakedvc.engine.env import python_module
-from snakedvc.engine.foreground import descendants
+from snakedvc.engine.foreground import descendants, started_at
 from snakedvc.engine.records import ignore_kit_folder
 from snakedvc.engine.stamps import new_run_id
 
@@ -355,7 +355,7 @@ def stop_group(process: subprocess.Popen[bytes], wait_s: float = STOP_WAIT_S) ->
     any process that was below it at the stop and outlived it (a stage's command that left the group,
     or one Snakemake, killed before it could stop its jobs, left behind: in CI under load, a stage's
     `sleep 300` kept running, and holding the run's output, after its run was stopped)."""
-    below = {pid: _started_at(pid) for pid in descendants(process.pid)}
+    below = {pid: started_at(pid) for pid in descendants(process.pid)}
     with contextlib.suppress(ProcessLookupError):
         os.killpg(process.pid, signal.SIGINT)
     try:
@@ -365,17 +365,9 @@ def stop_group(process: subprocess.Popen[bytes], wait_s: float = STOP_WAIT_S) ->
             os.killpg(process.pid, signal.SIGKILL)
         process.wait()
     for pid, started in below.items():
-        if started is not None and _started_at(pid) == started:  # the same process, not a reused pid
+        if started is not None and started_at(pid) == started:  # the same process, not a reused pid
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(pid, signal.SIGKILL)
-
-
-def _started_at(pid: int) -> str | None:
-    """When process ``pid`` started (clock ticks since boot, /proc/PID/stat's 22nd field), or None."""
-    try:
-        return (Path("/proc") / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()[19]
-    except (OSError, IndexError):
-        return None
 
 
 # The profiles the kit ships: `--profile slurm` works in a project that has none of its own.
