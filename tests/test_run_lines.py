@@ -46,3 +46,25 @@ def test_a_run_in_a_repository_with_no_commit_stops_before_any_job_saying_commit
     assert stopped.returncode != 0
     assert "this git repository has no commit yet" in said(stopped) and "git add -A && git commit" in said(stopped)
     assert not (repo / "out").exists(), "a job ran"
+
+
+def test_with_no_commit_and_no_git_identity_the_message_says_to_set_one(tmp_path: Path, monkeypatch) -> None:  # noqa: ANN001
+    """The stranger's case: a fresh HOME, no user.email, so the commit the message asks for fails too."""
+    from snakedvc.engine.workflow import _check_a_baseline_commit
+    from snakedvc.errors import ConfigError
+    from tests.conftest import dvc, git
+
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.setenv("GIT_CONFIG_GLOBAL", str(tmp_path / "gitconfig"))
+    monkeypatch.setenv("GIT_CONFIG_NOSYSTEM", "1")
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    git(repo, "init", "-q")
+    dvc(repo, "init", "-q")
+    with pytest.raises(ConfigError, match="git has no identity here") as raised:
+        _check_a_baseline_commit(str(repo))
+    assert "git config --global user.email" in str(raised.value)
+    git(repo, "config", "user.email", "a@b")
+    with pytest.raises(ConfigError) as raised:
+        _check_a_baseline_commit(str(repo))
+    assert "identity" not in str(raised.value) and "commit your code first" in str(raised.value)

@@ -171,9 +171,17 @@ def _check_a_baseline_commit(root: str = ".") -> None:
         return
     head = subprocess.run(["git", "rev-parse", "--verify", "-q", "HEAD"], cwd=root, capture_output=True, text=True)
     if head.returncode != 0:
+        email = subprocess.run(["git", "config", "user.email"], cwd=root, capture_output=True, text=True)
+        # A fresh machine's first commit fails for want of an identity: say so, or the fix fails too.
+        identity = (
+            ""
+            if email.stdout.strip()
+            else ' (git has no identity here, so a commit fails: git config --global user.name "Your Name" and '
+            "git config --global user.email you@example.com first)"
+        )
         raise ConfigError(
             "this git repository has no commit yet, and each run is saved as a DVC experiment on top of one: "
-            'commit your code first (git add -A && git commit -m "my project"), then run again'
+            f'commit your code first (git add -A && git commit -m "my project"){identity}, then run again'
         )
 
 
