@@ -25,7 +25,12 @@ CANCEL_WAIT_S = 300.0
 
 def jobs_in_workspace(run: Run) -> list[str]:
     """Queued or running SLURM jobs whose working directory is the run's workspace (the rule
-    jobs of any of its controllers), the controllers themselves left out."""
+    jobs of any of its controllers), the controllers themselves left out. None for a run whose
+    profile runs its jobs locally: SLURM is not asked, so a cancel does not depend on it."""
+    if not run.slurm and not any(
+        arg in ("--executor", "-e") or arg.startswith("--executor=") for arg in run.snakemake_args
+    ):
+        return []
     workdirs = slurm.jobs_by_workdir()  # SlurmUnavailable: cannot tell
     workspace = str(run.workspace)
     return [jobid for jobid, workdir in workdirs.items() if workdir == workspace and jobid not in run.controller_jobs]
