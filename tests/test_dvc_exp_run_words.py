@@ -5,6 +5,7 @@ one-line errors. Each test runs DVC in one clone and the kit in another, and com
 
 from __future__ import annotations
 
+import importlib.util
 import subprocess
 from pathlib import Path
 
@@ -158,6 +159,27 @@ def test_an_unknown_target_is_dvcs_one_line(tmp_path: Path) -> None:
         )  # fmt: skip
         assert refused.returncode == 255 and said in refused.stderr, refused.stderr
         assert len(refused.stderr.strip().splitlines()) == 1, refused.stderr
+
+
+@pytest.mark.skipif(importlib.util.find_spec("dvc_s3") is not None, reason="needs DVC without its S3 plugin")
+def test_a_default_remote_whose_plugin_is_missing_is_dvcs_one_line(tmp_path: Path) -> None:
+    """A public project's default remote on S3, dvc-s3 not installed: DVC's checkout fails to build its
+    index; DVC says so in one line and exits 255. The kit printed DVC's 40-line traceback and exited 1."""
+    origin = dvc_project(tmp_path / "origin", {"params.yaml": "n: 1\n", "dvc.yaml": CHAIN})
+    repo = clone(origin, "by-kit")
+    dvc(repo, "remote", "add", "-d", "storage", "s3://bucket/project")
+    by_dvc = dvc(repo, "exp", "run", check=False)
+    refused = snakedvc(repo, "exp", "run", check=False)
+    assert refused.returncode == 255 == by_dvc.returncode, refused.stderr
+    assert "Traceback" not in refused.stderr and len(refused.stderr.strip().splitlines()) == 1, refused.stderr
+    said = "requires 'dvc-s3' to be installed: No module named 'dvc_s3'"
+    assert said in refused.stderr and said in by_dvc.stderr, (refused.stderr, by_dvc.stderr)
+    assert experiment_names(repo) == []  # neither recorded an experiment
+
+
+def experiment_names(repo: Path) -> list[str]:
+    refs = git(repo, "for-each-ref", "--format=%(refname)", "refs/exps").split()
+    return [ref.rsplit("/", 1)[-1] for ref in refs if "/exec/" not in ref]
 
 
 # evaluate reads train's model without naming it in deps: DVC runs them in this order, one at a

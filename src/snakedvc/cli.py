@@ -849,11 +849,34 @@ def main(argv: list[str] | None = None) -> int:
         print(f"snakedvc {args.command}: stopped (interrupted)", file=sys.stderr)
         return 130
     except Exception as error:
-        if not isinstance(error, _user_errors()):
+        said = _one_line(error, args)
+        if said is None:
             raise
         # One line, as DVC's "ERROR: ..." (the log file too).
         if getattr(args, "log", None):
-            log.error("%s", error)
-        print(f"snakedvc {args.command}: error: {error}", file=sys.stderr)
+            log.error("%s", said)
+        print(f"snakedvc {args.command}: error: {said}", file=sys.stderr)
         return EXP_ERROR_EXIT if args.command == "exp" else 1
     return 0
+
+
+def _one_line(error: Exception, args: argparse.Namespace) -> str | None:
+    """What an error says in one line, or None where its traceback is shown instead. `exp` answers
+    as DVC does: every error one line and exit 255 (e.g. a remote whose filesystem plugin is not
+    installed, raised from DVC's own checkout), its causes after it (DVC's "msg: cause"); the
+    traceback only with -v."""
+    if isinstance(error, _user_errors()):
+        return str(error)
+    if args.command != "exp" or getattr(args, "verbose", False):
+        return None
+    from dvc.exceptions import DvcException
+
+    parts: list[str] = []
+    cause: BaseException | None = error
+    while cause is not None and len(parts) < 5:
+        text = str(cause) or type(cause).__name__
+        if text not in parts:
+            parts.append(text)
+        cause = cause.__cause__ or cause.__context__
+    expected = isinstance(error, (DvcException, ImportError, OSError))
+    return ": ".join(parts) if expected else f"unexpected error - {': '.join(parts)} (-v shows where)"
