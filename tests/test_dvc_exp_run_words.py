@@ -161,6 +161,27 @@ def test_an_unknown_target_is_dvcs_one_line(tmp_path: Path) -> None:
         assert len(refused.stderr.strip().splitlines()) == 1, refused.stderr
 
 
+# media's output is also committed to git (a public project's habit); the run's target is count.
+COMMITTED_OUTPUT = """\
+stages:
+  count:
+    cmd: python3 -c "print(3)" > count.txt
+    outs: [count.txt]
+  media:
+    cmd: python3 -c "print(4)" > stats.json
+    outs: [stats.json]
+"""
+
+
+def test_an_output_the_user_committed_to_git_stays_in_the_experiment_as_in_dvcs(tmp_path: Path) -> None:
+    """The kit left a stage's output out of the experiment commit though the baseline commit held it
+    (an output that did not run is not this run's): the experiment then deleted the user's file."""
+    origin = dvc_project(tmp_path / "origin", {"dvc.yaml": COMMITTED_OUTPUT, "stats.json": '{"frames": 7}\n'})
+    repos = both(origin, "-n", "counted", "count")
+    kit = tree(repos["kit"], "counted")
+    assert kit == tree(repos["dvc"], "counted") and "stats.json" in kit, kit
+
+
 @pytest.mark.skipif(importlib.util.find_spec("dvc_s3") is not None, reason="needs DVC without its S3 plugin")
 def test_a_default_remote_whose_plugin_is_missing_is_dvcs_one_line(tmp_path: Path) -> None:
     """A public project's default remote on S3, dvc-s3 not installed: DVC's checkout fails to build its

@@ -404,13 +404,15 @@ def trim_experiment(name: str, keep: Sequence[str], records: Sequence[str], root
     ]
     if not dropped:
         return []
+    parents = _git(root, "rev-list", "--parents", "-n", "1", old).split()[1:]
     with tempfile.TemporaryDirectory() as scratch:
         env = {**os.environ, "GIT_INDEX_FILE": str(Path(scratch) / "index")}
         _git(root, "read-tree", old, env=env)
-        _git(root, "--literal-pathspecs", "rm", "--cached", "--quiet", "--pathspec-from-file=-", "--pathspec-file-nul", env=env,
-             stdin="\0".join(dropped))  # fmt: skip
+        # Left out = as the run's baseline has it: a file the user committed there (a metrics file,
+        # an output also in git) stays as committed, as in `dvc exp run`'s commit; one it lacks goes.
+        _git(root, "--literal-pathspecs", "reset", "--quiet", *parents[:1], "--pathspec-from-file=-",
+             "--pathspec-file-nul", env=env, stdin="\0".join(dropped))  # fmt: skip
         tree = _git(root, "write-tree", env=env)
-    parents = _git(root, "rev-list", "--parents", "-n", "1", old).split()[1:]
     who = _git(root, "log", "-1", "--format=%an%x00%ae%x00%ad%x00%cn%x00%ce%x00%cd", "--date=raw", old).split("\0")
     identity = dict(zip(
         ("GIT_AUTHOR_NAME", "GIT_AUTHOR_EMAIL", "GIT_AUTHOR_DATE", "GIT_COMMITTER_NAME", "GIT_COMMITTER_EMAIL", "GIT_COMMITTER_DATE"),
