@@ -869,7 +869,10 @@ def _one_line(error: Exception, args: argparse.Namespace) -> str | None:
         return str(error)
     if args.command != "exp" or getattr(args, "verbose", False):
         return None
-    from dvc.exceptions import DvcException
+    try:
+        from dvc.exceptions import DvcException
+    except ImportError:  # the kit's core alone, without DVC
+        DvcException = OSError  # noqa: N806
 
     parts: list[str] = []
     cause: BaseException | None = error
