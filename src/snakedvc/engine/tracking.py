@@ -377,7 +377,9 @@ def _saved_ref(name: str, root: Path | str) -> str:
     return ref
 
 
-def trim_experiment(name: str, keep: Sequence[str], records: Sequence[str], root: Path | str = ".") -> list[str]:
+def trim_experiment(
+    name: str, keep: Sequence[str], records: Sequence[str], root: Path | str = ".", as_baseline: bool = False
+) -> list[str]:
     """Rewrite an experiment's commit to hold only its own run's results; returns the paths left out.
 
     `dvc exp save` commits every untracked file that dvc.yaml names as metrics or plots, and git
@@ -405,14 +407,7 @@ def trim_experiment(name: str, keep: Sequence[str], records: Sequence[str], root
     if not dropped:
         return []
     parents = _git(root, "rev-list", "--parents", "-n", "1", old).split()[1:]
-    with tempfile.TemporaryDirectory() as scratch:
-        env = {**os.environ, "GIT_INDEX_FILE": str(Path(scratch) / "index")}
-        _git(root, "read-tree", old, env=env)
-        # Left out = as the run's baseline has it: a file the user committed there (a metrics file,
-        # an output also in git) stays as committed, as in `dvc exp run`'s commit; one it lacks goes.
-        _git(root, "--literal-pathspecs", "reset", "--quiet", *parents[:1], "--pathspec-from-file=-",
-             "--pathspec-file-nul", env=env, stdin="\0".join(dropped))  # fmt: skip
-        tree = _git(root, "write-tree", env=env)
+    tree = _tree_without(root, old, dropped, parents[:1] if as_baseline else None)
     who = _git(root, "log", "-1", "--format=%an%x00%ae%x00%ad%x00%cn%x00%ce%x00%cd", "--date=raw", old).split("\0")
     identity = dict(zip(
         ("GIT_AUTHOR_NAME", "GIT_AUTHOR_EMAIL", "GIT_AUTHOR_DATE", "GIT_COMMITTER_NAME", "GIT_COMMITTER_EMAIL", "GIT_COMMITTER_DATE"),
@@ -433,6 +428,23 @@ def trim_experiment(name: str, keep: Sequence[str], records: Sequence[str], root
         ", ".join(p for p in dropped if not within(p, scratch_dir) and Path(p).name != SNAKEMAKE_STAMP) or "nothing",
     )
     return dropped
+
+
+def _tree_without(root: str, commit: str, dropped: Sequence[str], baseline: list[str] | None) -> str:
+    """``commit``'s tree with ``dropped`` left out: removed, or, given ``baseline`` (its parent),
+    as the baseline has them."""
+    with tempfile.TemporaryDirectory() as scratch:
+        env = {**os.environ, "GIT_INDEX_FILE": str(Path(scratch) / "index")}
+        _git(root, "read-tree", commit, env=env)
+        if baseline is not None:
+            # `exp run`: left out = as the run's baseline has it. A file the user committed there (an
+            # output also in git) stays as committed, as in `dvc exp run`'s commit; one it lacks goes.
+            _git(root, "--literal-pathspecs", "reset", "--quiet", *baseline, "--pathspec-from-file=-",
+                 "--pathspec-file-nul", env=env, stdin="\0".join(dropped))  # fmt: skip
+        else:  # a Snakefile run's record: only its own results, a committed older one left out too
+            _git(root, "--literal-pathspecs", "rm", "--cached", "--quiet", "--pathspec-from-file=-",
+                 "--pathspec-file-nul", env=env, stdin="\0".join(dropped))  # fmt: skip
+        return _git(root, "write-tree", env=env)
 
 
 def rebase_experiment(name: str, baseline: str, root: Path | str = ".") -> bool:

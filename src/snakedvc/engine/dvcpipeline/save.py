@@ -104,7 +104,7 @@ def save(
         # DVC's scratch files out, and the outputs DVC caches: `dvc exp save` force-adds a cached
         # metrics or plots file, which `dvc exp run`'s commit never holds (git would then track an
         # output DVC tracks: `dvc repro` on a branch of the experiment refuses it).
-        trim_experiment(saved, keep=[], records=cached_outputs(plan), root=root)
+        trim_experiment(saved, keep=[], records=cached_outputs(plan), root=root, as_baseline=True)
     log.info("experiment saved: %s", saved)
     note_saved(saved)
     if os.environ.get(EXPERIMENT_PUSH_ENV) == "1":  # submitted from another machine: results go home
