@@ -6,7 +6,9 @@ one-line errors. Each test runs DVC in one clone and the kit in another, and com
 from __future__ import annotations
 
 import importlib.util
+import os
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -180,6 +182,31 @@ def test_an_output_the_user_committed_to_git_stays_in_the_experiment_as_in_dvcs(
     repos = both(origin, "-n", "counted", "count")
     kit = tree(repos["kit"], "counted")
     assert kit == tree(repos["dvc"], "counted") and "stats.json" in kit, kit
+
+
+WHICH_PYTHON = """\
+stages:
+  which:
+    cmd: python3 -c "open('which.txt', 'w').write('the kit environment python')"
+    outs: [which.txt]
+"""
+
+
+def test_a_stages_python_is_the_one_first_on_the_users_path_as_under_dvc(tmp_path: Path) -> None:
+    """A project's own venv active, the kit and DVC run by their paths: DVC's stage runs the venv's
+    `python3`; the kit put its own environment's bin first on PATH, so the stage ran the kit's python
+    (found by three public projects whose pinned libraries live in their own venv)."""
+    own_venv = tmp_path / "project-venv" / "bin"
+    own_venv.mkdir(parents=True)
+    (own_venv / "python3").write_text("#!/bin/sh\nprintf 'the project venv python' > which.txt\n")
+    (own_venv / "python3").chmod(0o755)
+    origin = dvc_project(tmp_path / "origin", {"dvc.yaml": WHICH_PYTHON})
+    activated = {**os.environ, "PATH": f"{own_venv}{os.pathsep}{os.environ['PATH']}"}
+    for runner in RUNNERS:
+        repo = clone(origin, f"by-{runner}")
+        exe = str(Path(sys.executable).parent / ("snakedvc" if runner == "kit" else "dvc"))
+        subprocess.run([exe, "exp", "run", "-n", "which"], cwd=repo, env=activated, check=True, capture_output=True)
+        assert (repo / "which.txt").read_text() == "the project venv python", runner
 
 
 @pytest.mark.skipif(importlib.util.find_spec("dvc_s3") is not None, reason="needs DVC without its S3 plugin")

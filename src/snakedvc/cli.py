@@ -838,7 +838,8 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.chdir:
         os.chdir(args.chdir)
-    _activate_own_environment()
+    if args.command not in ("exp", "stage-run"):  # DVC's drop-in: stages see the user's PATH, as under DVC
+        _activate_own_environment()
     args.snakemake_args = getattr(args, "snakemake_args", passed_on)
     _setup_logging(getattr(args, "log", None))
     if args.command == "exp" and not getattr(args, "log", None):  # DVC's console: its words, not the kit's notes

@@ -10,9 +10,11 @@
 # routes them as it routes any rule's. Jobs are linked by marker files under the plan's folder,
 # never by the stages' outputs: DVC alone decides what is up to date.
 from snakedvc.engine.dvcpipeline import Plan, stage_run_options
-from snakedvc.engine.env import use_this_interpreter
+from snakedvc.engine.env import python_module
 
-use_this_interpreter()  # `snakedvc` in the jobs' commands is this environment's
+# The kit by this interpreter's path, leaving PATH as the user has it: a stage's `python` is the
+# one first on the user's PATH, as under `dvc exp run` (a project's own venv, not the kit's).
+KIT = python_module("snakedvc")
 PLAN = Plan.load(config["snakedvc_pipeline"])
 
 
@@ -39,13 +41,14 @@ for stage in PLAN.stages:
             options=stage_run_options(stage.job),
             decision=["--decision", PLAN.decision(stage.name)] if PLAN.waits(stage.name) else [],
             plan=f"{PLAN.folder}/plan.json",
+            kit=KIT,
         log:
             PLAN.log(stage.name),
         threads: stage.job.threads
         resources:
             **stage.job.resources,
         shell:
-            "snakedvc stage-run --stage {params.stage:q} --wdir {params.wdir:q} {params.options:q} {params.decision:q}"
+            "{params.kit:q} stage-run --stage {params.stage:q} --wdir {params.wdir:q} {params.options:q} {params.decision:q}"
             " --plan {params.plan:q}"
             " --remove {params.outs:q} -- {params.commands:q} > {log:q} 2>&1"
 
