@@ -295,3 +295,61 @@ def test_a_never_run_pipeline_elsewhere_in_the_repository_changes_nothing(tmp_pa
     assert not (other / "dvc.lock").exists() and not (other / "b").exists()
     ref = next(r for r in git(repo, "for-each-ref", "--format=%(refname)", "refs/exps").split() if r.endswith("/mine"))
     assert git(repo, "diff", "--name-only", "HEAD", ref, "--", "other").strip() == ""
+
+
+TWO_MODELS = """\
+import snakedvc
+
+configfile: "config.yaml"
+include: snakedvc.module_path("kit")
+
+rule fit:
+    output: "results/model.txt"
+    params: width=config["width"]
+    shell: "echo {params.width} > {output}"
+
+rule probe:
+    output: "results/probe.json"
+    params: depth=config["depth"]
+    shell: "echo '{{\\"depth\\": {params.depth}}}' > {output}"
+
+rule all:
+    input: snakedvc.targets(config, rules.fit.output, track=rules.fit.output)
+    default_target: True
+"""
+
+
+@pytest.mark.slow
+def test_a_record_keeps_another_runs_pointer_as_the_commit_has_it(tmp_path: Path) -> None:
+    """The user commits a run's model pointer; a second run retrains (the workspace's pointer
+    changes, uncommitted); a third run makes only another output. Its experiment held the second
+    run's pointer (git keeps a tracked file as the workspace has it), so restoring it gave the
+    second run's model: found by a sweep's trials after a run with procs=2."""
+    repo = tmp_path / "models"
+    repo.mkdir()
+    (repo / "Snakefile").write_text(TWO_MODELS)
+    (repo / "config.yaml").write_text("width: 1\ndepth: 1\n")
+    (repo / ".gitignore").write_text(".snakemake/\nlogs/\n")
+    git(repo, "init", "-q", "-b", "main")
+    dvc(repo, "init", "-q")
+    dvc(repo, "config", "core.analytics", "false")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", "the project")
+    local = ("--cores", "1")
+    run_snakemake(repo, *local, "--config", "snakedvc={experiment: {name: first}}")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", "the first model")
+    committed = git(repo, "rev-parse", "HEAD:results/model.txt.dvc").strip()
+    run_snakemake(repo, *local, "--config", "width=2", "snakedvc={experiment: {name: second}}")
+    retrained = (repo / "results/model.txt.dvc").read_text()
+    assert git(repo, "hash-object", "results/model.txt.dvc").strip() != committed  # changed, not committed
+    run_snakemake(repo, *local, "results/probe.json", "--config", "depth=2", "snakedvc={experiment: {name: probe}}")
+    assert git(repo, "rev-parse", f"{ref(repo, 'probe')}:results/model.txt.dvc").strip() == committed
+    assert git(repo, "show", f"{ref(repo, 'second')}:results/model.txt.dvc") == retrained  # its own, kept
+    assert yaml.safe_load(git(repo, "show", f"{ref(repo, 'probe')}:results/params.yaml"))["depth"] == 2
+
+
+def ref(repo: Path, name: str) -> str:
+    """The experiment ``name``'s ref."""
+    refs = git(repo, "for-each-ref", "--format=%(refname)", "refs/exps").split()
+    return next(r for r in refs if r.rsplit("/", 1)[-1] == name)

@@ -356,8 +356,16 @@ def test_restore_names_what_it_changes_and_leaves_untracked_files_alone(tmp_path
                   f"snakedvc={{experiment: {{name: {name}}}}}")  # fmt: skip
     data = (project / "results/data.npz").read_bytes()
     (project / "notes.txt").write_text("mine\n")
+    # An edit not committed: apply puts back the experiment's prepare.py, and restore must say so
+    # (it listed what HEAD and the experiment differ in: not this, and sweep.yaml that it left alone).
+    (project / "prepare.py").write_text(PREPARE + "# tried something\n")
     said = run(project, str(BIN / "snakedvc"), "restore", "low").stderr
-    assert "snakedvc restore: low puts back its files: results/metrics.json, results/model.pt.dvc" in said, said
+    put_back = re.search(r"snakedvc restore: low put back its files: (.*)", said)
+    listed = set(put_back.group(1).split(", ")) if put_back else set()
+    # (results/metrics.json only where low's differs from high's: two close rates may score the same)
+    assert {"prepare.py", "results/model.pt.dvc", "results/params.yaml"} <= listed, said
+    assert listed <= {"prepare.py", "results/model.pt.dvc", "results/params.yaml", "results/metrics.json"}, said
+    assert (project / "prepare.py").read_text() == PREPARE
     assert "and the outputs they record: results/model.pt" in said
     assert "left as they were: your untracked files" in said and "results/data.npz" in said
     assert (project / "results/data.npz").read_bytes() == data

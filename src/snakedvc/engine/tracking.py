@@ -37,7 +37,7 @@ from snakedvc.engine.names import (
     experiment_ref,
     validate_experiment_name,
 )
-from snakedvc.engine.records import dvc_root, git_prefix, record_paths, within
+from snakedvc.engine.records import dvc_root, git_prefix, record_paths, snakemake_outputs, within
 from snakedvc.engine.settings import Experiment
 from snakedvc.engine.settings import settings as kit_settings
 from snakedvc.io import atomic_path
@@ -258,7 +258,7 @@ def save_experiment(
         match = re.search(r"saved as:\s*(\S+)", out)
         saved = match.group(1) if match else name
         try:
-            trim_experiment(saved, keep, record_paths(root), root)
+            trim_experiment(saved, keep, record_paths(root), root, pointers=other_runs_pointers(own, root))
             if baseline:
                 rebase_experiment(saved, baseline, root)
         except BaseException:  # an experiment holding other runs' files is no record: none, rather
@@ -269,6 +269,14 @@ def save_experiment(
     log.info("experiment saved: %s", saved)
     note_saved(saved)
     return saved
+
+
+def other_runs_pointers(own: Sequence[str], root: Path | str = ".") -> list[str]:
+    """The .dvc files of outputs earlier runs made (Snakemake keeps a record of each) that are not
+    this run's: their data is another run's record. A .dvc file of the user's own (data they `dvc
+    add`ed, an input of the run) is no output of Snakemake's and stays as the workspace has it."""
+    outputs = {p.removesuffix(".dvc") for p in snakemake_outputs(root)}
+    return sorted(f"{p}.dvc" for p in outputs if not within(p, own) and not within(f"{p}.dvc", own))
 
 
 @contextlib.contextmanager
@@ -378,7 +386,12 @@ def _saved_ref(name: str, root: Path | str) -> str:
 
 
 def trim_experiment(
-    name: str, keep: Sequence[str], records: Sequence[str], root: Path | str = ".", as_baseline: bool = False
+    name: str,
+    keep: Sequence[str],
+    records: Sequence[str],
+    root: Path | str = ".",
+    as_baseline: bool = False,
+    pointers: Sequence[str] = (),
 ) -> list[str]:
     """Rewrite an experiment's commit to hold only its own run's results; returns the paths left out.
 
@@ -386,6 +399,8 @@ def trim_experiment(
     keeps tracked ones as the workspace has them, so another run's results ride along. Left out:
     every file under a record path (``records``: dvc.yaml's metrics and plots) that is not under
     ``keep``, and DVC's scratch files (3.x force-adds its packed arguments, .dvc/tmp/repro.dat).
+    ``pointers``: .dvc files of other runs' outputs, kept as the baseline commit has them (a pointer
+    a later run changed in the workspace is that run's record, not this one's).
     The new commit has the same parents, author and message; the experiment's ref points at it.
     """
     ref = _saved_ref(name, root)
@@ -393,6 +408,7 @@ def trim_experiment(
     # git names files from the repository's top; keep and records are the run's folder's.
     prefix = git_prefix(root)
     keep, records = [prefix + p for p in keep], [prefix + p for p in records]
+    pointers = [prefix + p for p in pointers]
     # DVC's scratch folder is its repository's (the top of git, or the folder of a DVC subrepo),
     # wherever in it the run's folder lies.
     scratch_dir = [git_prefix(dvc_root(root) or root) + ".dvc/tmp"]
@@ -404,10 +420,27 @@ def trim_experiment(
         if p
         and (within(p, scratch_dir) or Path(p).name == SNAKEMAKE_STAMP or (within(p, records) and not within(p, keep)))
     ]
-    if not dropped:
-        return []
     parents = _git(root, "rev-list", "--parents", "-n", "1", old).split()[1:]
-    tree = _tree_without(root, old, dropped, parents[:1] if as_baseline else None)
+    stale = [p for p in listed if p in pointers and not within(p, keep) and _differs(root, parents[:1], old, p)]
+    if not dropped and not stale:
+        return []
+    # `exp run`: left out = as the run's baseline has it. A file the user committed there (an output
+    # also in git) stays as committed, as in `dvc exp run`'s commit; one it lacks goes. A Snakefile
+    # run's record holds only its own results: a committed older one is left out too. Another run's
+    # .dvc pointer is, in both, as the baseline commit has it.
+    removed, reset = ([], [*dropped, *stale]) if as_baseline else (dropped, stale)
+    _recommit(root, ref, old, _tree_without(root, old, removed, reset, parents[:1]), parents)
+    log.info(
+        "experiment %s: left out what other runs wrote: %s",
+        name,
+        ", ".join(p for p in [*dropped, *stale] if not within(p, scratch_dir) and Path(p).name != SNAKEMAKE_STAMP)
+        or "nothing",
+    )
+    return [*dropped, *stale]
+
+
+def _recommit(root: str, ref: str, old: str, tree: str, parents: Sequence[str]) -> None:
+    """Point ``ref`` at a commit of ``tree`` with ``old``'s parents, author, committer and message."""
     who = _git(root, "log", "-1", "--format=%an%x00%ae%x00%ad%x00%cn%x00%ce%x00%cd", "--date=raw", old).split("\0")
     identity = dict(zip(
         ("GIT_AUTHOR_NAME", "GIT_AUTHOR_EMAIL", "GIT_AUTHOR_DATE", "GIT_COMMITTER_NAME", "GIT_COMMITTER_EMAIL", "GIT_COMMITTER_DATE"),
@@ -422,28 +455,25 @@ def trim_experiment(
         args += ["-p", parent]
     new = _git(root, *args, env={**os.environ, **identity}, stdin=message)
     _git(root, "update-ref", ref, new, old)
-    log.info(
-        "experiment %s: left out what other runs wrote: %s",
-        name,
-        ", ".join(p for p in dropped if not within(p, scratch_dir) and Path(p).name != SNAKEMAKE_STAMP) or "nothing",
-    )
-    return dropped
 
 
-def _tree_without(root: str, commit: str, dropped: Sequence[str], baseline: list[str] | None) -> str:
-    """``commit``'s tree with ``dropped`` left out: removed, or, given ``baseline`` (its parent),
-    as the baseline has them."""
+def _differs(root: str, baseline: list[str], commit: str, path: str) -> bool:
+    """Whether ``commit`` holds ``path`` otherwise than ``baseline`` (its parent, if any) does."""
+    proc = subprocess.run(["git", "--literal-pathspecs", "diff", "--quiet", *baseline, commit, "--", path], cwd=root)
+    return bool(baseline) and proc.returncode != 0
+
+
+def _tree_without(root: str, commit: str, removed: Sequence[str], reset: Sequence[str], parent: list[str]) -> str:
+    """``commit``'s tree with ``removed`` left out and ``reset`` as ``parent`` (the baseline) has them."""
     with tempfile.TemporaryDirectory() as scratch:
         env = {**os.environ, "GIT_INDEX_FILE": str(Path(scratch) / "index")}
         _git(root, "read-tree", commit, env=env)
-        if baseline is not None:
-            # `exp run`: left out = as the run's baseline has it. A file the user committed there (an
-            # output also in git) stays as committed, as in `dvc exp run`'s commit; one it lacks goes.
-            _git(root, "--literal-pathspecs", "reset", "--quiet", *baseline, "--pathspec-from-file=-",
-                 "--pathspec-file-nul", env=env, stdin="\0".join(dropped))  # fmt: skip
-        else:  # a Snakefile run's record: only its own results, a committed older one left out too
+        if reset:  # (a path the parent lacks goes)
+            _git(root, "--literal-pathspecs", "reset", "--quiet", *parent, "--pathspec-from-file=-",
+                 "--pathspec-file-nul", env=env, stdin="\0".join(reset))  # fmt: skip
+        if removed:
             _git(root, "--literal-pathspecs", "rm", "--cached", "--quiet", "--pathspec-from-file=-",
-                 "--pathspec-file-nul", env=env, stdin="\0".join(dropped))  # fmt: skip
+                 "--pathspec-file-nul", env=env, stdin="\0".join(removed))  # fmt: skip
         return _git(root, "write-tree", env=env)
 
 
@@ -511,8 +541,22 @@ def restore(name: str, params_file: str = "results/params.yaml", root: Path | st
     `snakemake -n` then plans only what differs between params.yaml and that config.
     """
     validate_experiment_name(name)
-    with repo_lock(root), untracked_kept(root) as kept:
-        _apply_experiment(name, root)
+    ref = experiment_ref(name, root)
+    if ref is None:
+        raise TrackingError(f"no experiment named {name!r} (dvc exp show -A lists them)")
+    top = _git(root, "rev-parse", "--show-toplevel")
+    with repo_lock(root):
+        differing = _differing_from(ref, top)
+        before = _contents(differing, top)
+        targets = sorted(p for p in differing if p.endswith(".dvc") and not p.startswith(".dvc/"))
+        with untracked_kept(root) as kept:
+            _apply_experiment(name, targets, root)
+    # What changed, said once done: the files apply rewrote, removed or brought (uncommitted edits too).
+    after = _contents(differing, top)
+    changed = [p for p in differing if before.get(p) != after.get(p)]
+    say_restore(f"{name} put back its files: {', '.join(changed) or 'none changed'}")
+    if outputs := [t.removesuffix(".dvc") for t in targets if t in changed]:
+        say_restore(f"and the outputs they record: {', '.join(outputs)}")
     if kept:
         shown = ", ".join(kept[:8]) + (f" and {len(kept) - 8} more" if len(kept) > 8 else "")
         say_restore(f"left as they were: your untracked files that {name} holds no version of ({shown})")
@@ -543,15 +587,23 @@ with Repo(sys.argv[1]) as repo:
 """
 
 
-def _apply_experiment(name: str, root: Path | str = ".") -> None:
-    ref = experiment_ref(name, root)
-    if ref is None:
-        raise TrackingError(f"no experiment named {name!r} (dvc exp show -A lists them)")
-    changed = [p for p in _git(root, "diff", "--name-only", "-z", "HEAD", ref).split("\0") if p]
-    targets = sorted(p for p in changed if p.endswith(".dvc") and not p.startswith(".dvc/"))  # from the top
-    say_restore(f"{name} puts back its files: {', '.join(changed) or 'none changed'}")
-    if targets:
-        say_restore(f"and the outputs they record: {', '.join(t.removesuffix('.dvc') for t in targets)}")
+def _differing_from(ref: str, top: str) -> list[str]:
+    """The files (from the top of git) that apply may change: where the workspace, uncommitted edits
+    included, differs from the experiment's commit, and the untracked files git does not ignore."""
+    tracked = _git(top, "diff", "--name-only", "-z", ref).split("\0")
+    others = _git(top, "ls-files", "--others", "--exclude-standard", "-z").split("\0")
+    return sorted({p for p in [*tracked, *others] if p})
+
+
+def _contents(paths: Sequence[str], top: str) -> dict[str, str]:
+    """Each existing file's git blob id (missing ones absent)."""
+    present = [p for p in paths if (Path(top) / p).is_file()]
+    ids = _git(top, "hash-object", "--stdin-paths", stdin="\n".join(present)).split() if present else []
+    return dict(zip(present, ids, strict=True))
+
+
+def _apply_experiment(name: str, targets: Sequence[str], root: Path | str = ".") -> None:
+    """`dvc exp apply NAME`, checking out ``targets`` (.dvc files, from the top of git)."""
     log.info("running: dvc exp apply %s (checking out %s)", name, ", ".join(targets) or "nothing")
     env = {**os.environ, "DVC_NO_ANALYTICS": "1"}
     top = subprocess.run(["git", "rev-parse", "--show-toplevel"], cwd=root, capture_output=True, text=True)
