@@ -24,6 +24,7 @@ def log_to(path: str | os.PathLike[str] | None, level: int = logging.INFO) -> No
         os.close(fd)
         sys.stderr = open(2, "w", buffering=1, closefd=False)  # noqa: SIM115 - lives as long as the process
     logging.basicConfig(level=level, format=FORMAT, stream=sys.stderr, force=True)
+    logging.getLogger("matplotlib").setLevel(logging.WARNING)  # its font-cache notes say nothing of the run
 
 
 class _UnlessConfigured(logging.StreamHandler):

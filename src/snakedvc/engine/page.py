@@ -41,6 +41,7 @@ def curves_png(series: dict[str, dict[str, list[tuple[float, float]]]], title: s
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
 
     names = sorted({name for curves in series.values() for name in curves})
     fig, axes = plt.subplots(1, len(names), figsize=(4.2 * len(names), 3.2), squeeze=False)
@@ -54,6 +55,7 @@ def curves_png(series: dict[str, dict[str, list[tuple[float, float]]]], title: s
             ax.plot(xs, ys, label=label, linewidth=2.4 if bold else 1.2, alpha=1.0 if bold or not highlight else 0.55)
         ax.set_title(name)
         ax.set_xlabel("epoch")
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # no epoch 1.5
         ax.grid(alpha=0.3)
     if len(series) > 1:
         axes[0][-1].legend(fontsize=7, loc="best")

@@ -70,6 +70,7 @@ def plot_rungs(
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
 
     curves: dict[str, tuple[list[int], list[float]]] = {}
     for index, decision in enumerate(decisions):
@@ -83,6 +84,7 @@ def plot_rungs(
         style = {"linewidth": 2.5, "color": "black"} if trial == best else {"linewidth": 1, "alpha": 0.7}
         ax.plot(xs, ys, marker="o", label=trial + (" (best)" if trial == best else ""), **style)
     ax.set_xlabel("epochs")
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_ylabel(plan["metric"])
     ax.set_title(f"Sweep {plan['name']}: {plan['metric']} at the end of each rung ({plan['direction']} is best)")
     ax.legend(fontsize=7, ncol=2)
