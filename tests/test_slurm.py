@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import shutil
 import subprocess
 import sys
 import time
@@ -20,6 +21,7 @@ from tests.conftest import (
     run_snakemake,
     running_rule_jobs,
     slurm_jobs_by_rule,
+    venv_env,
     without_slurm,
 )
 from tests.waiting import text_of, wait_until
@@ -317,3 +319,41 @@ def test_sharded_featurisation_on_slurm_matches_local_bytes(slurm_cluster, proje
         for jobid, _ in submitted:
             assert numbered_steps(jobid) == [], jobid
         assert md5s() == local, f"{shards} shards in groups of {per_group} on SLURM differ from 1 shard locally"
+
+
+SHELL_WORDS = """\
+rule all:
+    input: expand("out/{i}.txt", i=[1, 2])
+
+rule part:
+    output: "out/{i}.txt"
+    resources: mem_mb=100, runtime=5
+    shell: "pwd > {output}"
+"""
+
+
+@pytest.mark.parametrize("arrays", [[], ["--snakedvc-slurm-array-jobs", "all"]], ids=["jobs", "an-array"])
+def test_a_project_folder_named_with_shell_words_runs_on_slurm_and_none_of_them_runs(
+    slurm_cluster, tmp_path: Path, arrays: list[str]
+) -> None:
+    """The official plugin passes each job's command as sbatch --wrap="..." through a shell on the
+    submit host: inside double quotes, a `$(...)` or backquotes in the project's folder name ran
+    there, at every job's submission (issue 51: a file appeared; the job then failed). The kit's
+    executor feeds the command to sbatch as a script on stdin, never through a shell; an array's
+    jobs (which only --wrap submits) go one by one where their command holds such words."""
+    repo = tmp_path / 'it\'s "q" $(touch pwned) `touch pwned2`; touch pwned3'
+    repo.mkdir()
+    (repo / "Snakefile").write_text(SHELL_WORDS)
+    shutil.copytree(REPO / "profiles/slurm", repo / "profiles/slurm")
+    proc = subprocess.run(
+        [sys.executable, "-m", "snakemake", "--profile", "profiles/slurm", "--jobs", "2", *arrays],
+        cwd=repo, capture_output=True, text=True, env=venv_env(),
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert re.search(r"submitted with SLURM jobid \d+", proc.stdout + proc.stderr), proc.stderr[-3000:]
+    for i in (1, 2):  # each job ran in the project's folder
+        assert (repo / f"out/{i}.txt").read_text().strip() == str(repo)
+    made = [
+        p.name for p in (*repo.iterdir(), *tmp_path.iterdir(), *Path.home().iterdir()) if p.name.startswith("pwned")
+    ]
+    assert made == [], made

@@ -77,6 +77,8 @@ from snakemake_executor_plugin_slurm.job_status_query import (
 from snakemake_executor_plugin_slurm.utils import get_job_wildcards
 from snakemake_interface_common.exceptions import WorkflowError
 from snakemake_interface_executor_plugins.executors.base import SubmittedJobInfo
+from snakemake_interface_executor_plugins.executors.real import RealExecutor
+from snakemake_interface_executor_plugins.settings import SharedFSUsage
 
 from snakedvc import slurm
 from snakedvc.logs import keep_earlier_attempt_logs
@@ -154,6 +156,11 @@ class ExecutorSettings(SlurmExecutorSettings):
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        # Why: the plugin's default passes a job's command as sbatch --wrap="..." through a shell on
+        # the submit host, where a `$(...)` or backquotes in a path (a project folder's name) run,
+        # double quotes being no quoting for them. As a script on sbatch's stdin nothing is expanded
+        # (arrays excepted: run_array_jobs).
+        self.pass_command_as_script = True
         cap = self.max_seconds_between_status_checks
         if isinstance(cap, bool) or not isinstance(cap, int) or cap < 1:
             raise WorkflowError(
@@ -667,6 +674,29 @@ class Executor(SlurmExecutor):
             slurm.cancel(list(pending))
             self.logger.info(f"SIGTERM: cancelled the pending SLURM job(s) {', '.join(pending)}; running jobs finish.")
 
+    # Why the three below: the executor interface quotes the job's paths with Python's repr
+    # ('it\\'s' is no shell quoting) or not at all (the interpreter), so a project or venv folder
+    # whose name holds a quote breaks the batch script, and `$(...)` in it could run. Paths here
+    # are quoted for the shell (a Path is, by the interface's own format_cli_value).
+    def get_python_executable(self) -> str:
+        return shlex.quote(str(super().get_python_executable()))
+
+    def get_snakefile(self) -> Any:
+        return Path(super().get_snakefile())
+
+    def get_job_args(self, job: Any) -> str:
+        # RemoteExecutor's, with its --wait-for-files paths quoted for the shell.
+        waits = ""
+        if SharedFSUsage.INPUT_OUTPUT in self.workflow.storage_settings.shared_fs_usage:
+            files = [str(self.tmpdir), *map(str, job.get_wait_for_files())]
+            if len(files) > 20:  # as the interface does: a file that lists them
+                listing = self.get_jobscript(job) + ".waitforfilesfile.txt"
+                Path(listing).write_text("".join(f"{name}\n" for name in files))
+                waits = f"--wait-for-files-file {shlex.quote(listing)}"
+            else:
+                waits = "--wait-for-files " + " ".join(map(shlex.quote, files))
+        return f"{RealExecutor.get_job_args(self, job)} {waits}"
+
     def format_job_exec(self, job: Any) -> str:
         # Why: inside its SLURM job the plugin runs each job through the slurm-jobstep
         # executor: an `srun -n1` step that starts a second Snakemake (~2-3 s of CPU before the
@@ -708,11 +738,24 @@ class Executor(SlurmExecutor):
         return super().additional_general_args()
 
     def run_array_jobs(self, jobs: list[Any]) -> None:
+        # Why: the plugin's script mode breaks an array's script (2.8.0 puts its payload option on
+        # lines of their own), so an array goes through --wrap="..." on the submit host's shell,
+        # as the plugin's default does: safe only for a command with no `$`, backquote, `"` or `\`
+        # (a project folder named so). Such jobs are submitted one by one, each as a script.
+        settings = self.workflow.executor_settings
         _BUILDING.array = True
+        settings.pass_command_as_script = False
         try:
+            if any(set('$`"\\') & set(self.format_job_exec(job)) for job in jobs):
+                settings.pass_command_as_script = True
+                _BUILDING.array = False
+                for job in jobs:
+                    self.run_job(job)
+                return
             super().run_array_jobs(jobs)
         finally:
             _BUILDING.array = False
+            settings.pass_command_as_script = True
 
     def get_account_arg(self, job: Any) -> Iterator[str]:
         # Why: without a slurm_account the plugin's guess pipes sacct into `tail` inside one
