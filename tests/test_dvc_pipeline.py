@@ -646,9 +646,15 @@ stages:
 def test_pull_and_allow_missing_do_what_dvc_exp_run_does_in_a_fresh_clone(tmp_path: Path) -> None:
     """`--pull`: a stage whose only change is missing data is pulled from the DVC remote, not run,
     and a stage that runs gets its missing dependencies pulled first; `--allow-missing`: missing
-    data alone is no change. Each way, both runners run the same stages and record the same."""
+    data alone is no change. Each way, both runners run the same stages and record the same.
+    With a `dvc add`ed input (raw.txt), the kit's one `dvc pull raw.txt.dvc data.txt ...` pulled
+    raw.txt alone (DVC's pull takes only .dvc files after a first one), and every stage reran."""
     files = {"params.yaml": "n: 1\nlr: 0.1\n", "dvc.yaml": REMOTE_DATA, ".gitignore": "runs.txt\n"}
     origin = dvc_project(tmp_path / "origin", files)
+    (origin / "raw.txt").write_text("raw\n")
+    dvc(origin, "add", "raw.txt")
+    dvc(origin, "stage", "add", "-n", "use_raw", "-d", "raw.txt", "-o", "used.txt",
+        "cp raw.txt used.txt && echo use_raw >> runs.txt")  # fmt: skip
     dvc(origin, "remote", "add", "-d", "store", str(tmp_path / "remote"))
     dvc(origin, "repro")
     dvc(origin, "push")
@@ -671,7 +677,7 @@ def test_pull_and_allow_missing_do_what_dvc_exp_run_does_in_a_fresh_clone(tmp_pa
             assert (runs.read_text() if runs.exists() else "") == ran, (case, repo.name, out.stderr)
         assert (by_kit / "dvc.lock").read_text() == (by_dvc / "dvc.lock").read_text(), case
         assert experiment(by_kit, case) == experiment(by_dvc, case)
-        here = {name: (by_kit / name).exists() for name in ("data.txt", "model.txt", "other.txt")}
+        here = {name: (by_kit / name).exists() for name in ("data.txt", "model.txt", "other.txt", "used.txt")}
         assert here == {name: (by_dvc / name).exists() for name in here}, case
         assert (by_kit / "model.txt").read_text() == (by_dvc / "model.txt").read_text()
         if case == "nothing-changed":

@@ -149,6 +149,8 @@ def pull_missing(plan: Plan, planned: Callable[[Sequence[str]], Plan], root: Pat
         log.info("Pulling data for %s", name)
         paths += stages[name].outs if name in stages else [name]  # a .dvc file's address is its path
     paths += [path for path in plan.pull_paths if path not in paths]
+    # .dvc files last: `dvc pull a.dvc out.txt` pulls a.dvc's data alone (DVC 3.67; measured).
+    paths.sort(key=lambda path: path.endswith(".dvc"))
     try:
         with repo_lock(root):
             run_dvc(["pull", *paths], root)
