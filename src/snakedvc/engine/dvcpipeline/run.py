@@ -13,6 +13,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 from snakedvc.engine.dvcpipeline.commit import Bookkeeper
 from snakedvc.engine.dvcpipeline.console import QUIET, STAGES, VERBOSE, StageOutput
@@ -310,16 +311,25 @@ def run_jobs(
         quiet = console != VERBOSE
         said = stack.enter_context(open(root / plan.snakemake_log(), "ab")) if quiet else None
         stream = StageOutput(plan, root) if console != QUIET else None
-        snakemake = subprocess.Popen(
-            command, cwd=root, env={**os.environ, **(env or {})}, start_new_session=True, stdout=said,
-            stderr=subprocess.STDOUT if quiet else None,
-        )  # fmt: skip
-        return _follow(snakemake, books, stream)
+        options = {"cwd": root, "env": {**os.environ, **(env or {})}, "start_new_session": True, "stdout": said,
+                   "stderr": subprocess.STDOUT if quiet else None}  # fmt: skip
+        return start_and_follow(command, options, books, stream)
 
 
-def _follow(snakemake: subprocess.Popen[bytes], books: Bookkeeper, stream: StageOutput | None) -> int:
+def start_and_follow(
+    command: Sequence[str], options: dict[str, Any], books: Bookkeeper, stream: StageOutput | None
+) -> int:
+    """Start Snakemake (``options``: Popen's) and step ``books`` beside it until it exits; its exit
+    status. A stop (Ctrl-C, SIGTERM, a cancel's SIGINT) stops Snakemake and its jobs, also one that
+    comes while Snakemake is being started: that one is held until Popen has returned (raised inside
+    Popen, it lost the process, which then ran the stages on its own: a cancel over --remote)."""
+    snakemake: subprocess.Popen[bytes] | None = None
     try:
         with sigterm_interrupts():  # a SIGTERM (a local run's forced stop) stops Snakemake as Ctrl-C does
+            with signals_held() as held:
+                snakemake = subprocess.Popen(command, **options)
+            if held:
+                raise KeyboardInterrupt(f"signal {held[0]}")
             while snakemake.poll() is None:
                 books.step()
                 if stream is not None:
@@ -327,7 +337,8 @@ def _follow(snakemake: subprocess.Popen[bytes], books: Bookkeeper, stream: Stage
                 time.sleep(BOOKKEEPING_POLL_S)
     except BaseException:  # Ctrl-C, a cancel: Snakemake and its jobs stop too
         books.stop_waiting("snakedvc exp run is stopping")
-        stop_group(snakemake)
+        if snakemake is not None:
+            stop_group(snakemake)
         raise
     books.step()  # the stages that finished since the last pass
     if stream is not None:
@@ -350,6 +361,22 @@ def sigterm_interrupts() -> Iterator[None]:
         yield
     finally:
         signal.signal(signal.SIGTERM, previous)
+
+
+@contextlib.contextmanager
+def signals_held() -> Iterator[list[int]]:
+    """SIGINT and SIGTERM noted, not acted on, for the body (main thread; elsewhere nothing held)."""
+    held: list[int] = []
+    if threading.current_thread() is not threading.main_thread():
+        yield held
+        return
+    previous = {signum: signal.signal(signum, lambda signum, frame: held.append(signum))
+                for signum in (signal.SIGINT, signal.SIGTERM)}  # fmt: skip
+    try:
+        yield held
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
 
 
 def stop_group(process: subprocess.Popen[bytes], wait_s: float = STOP_WAIT_S) -> None:
