@@ -49,71 +49,6 @@ np.savez(args.output, X_train=X[:600], y_train=y[:600], X_valid=X[600:750], y_va
 print(f"wrote {args.output}")
 '''
 
-# A plain loop with argparse flags; the lines the tutorial's "train.py lines" block names are the kit's.
-TRAIN = '''\
-"""A plain PyTorch classifier, trained with an ordinary argparse command line."""
-import argparse
-import json
-import os
-
-import numpy as np
-import torch
-import torch.distributed as dist
-import torch.nn.functional as F
-from torch import nn
-
-from snakedvc.torch import Resumable
-
-
-def main():
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--lr", type=float, default=0.1)
-    parser.add_argument("--hidden", type=int, default=16)
-    parser.add_argument("--epochs", type=int, default=10)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--data", required=True)
-    parser.add_argument("--model", required=True)
-    parser.add_argument("--metrics", required=True)
-    args = parser.parse_args()
-    rank, world = int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
-    if world > 1:
-        dist.init_process_group("gloo")
-    torch.manual_seed(args.seed)
-    torch.set_num_threads(1)
-    data = np.load(args.data)
-    X = {s: torch.from_numpy(data[f"X_{s}"]) for s in ("train", "valid", "test")}
-    y = {s: torch.from_numpy(data[f"y_{s}"]) for s in ("train", "valid", "test")}
-    model = nn.Sequential(nn.Linear(8, args.hidden), nn.ReLU(), nn.Linear(args.hidden, 2))
-    optimizer = torch.optim.SGD(model.parameters(), lr=args.lr)
-    resume = Resumable(vars(args), inputs=[args.data])
-    net = nn.parallel.DistributedDataParallel(model) if world > 1 else model
-    for epoch in resume.epochs(args.epochs, model, optimizer):
-        order = torch.randperm(600, generator=torch.Generator().manual_seed(args.seed * 1000 + epoch))
-        for _, batch in resume.steps(order.split(30), epoch):
-            mine = batch[rank::world]
-            loss = F.cross_entropy(net(X["train"][mine]), y["train"][mine], reduction="sum") * world / len(batch)
-            optimizer.zero_grad()
-            loss.backward()
-            optimizer.step()
-            resume.add(loss=loss.item() * len(batch), samples=len(batch))
-        mean = resume.sums["loss"] / resume.sums["samples"]
-        print(f"epoch {epoch} loss {mean:.4f}", flush=True)
-        resume.log(loss=mean)
-    resume.finish()
-    if rank == 0:
-        with torch.no_grad():
-            accuracy = {s: (model(X[s]).argmax(1) == y[s]).float().mean().item() for s in ("valid", "test")}
-        torch.save(model.state_dict(), args.model)
-        with open(args.metrics, "w") as handle:
-            json.dump({"valid_accuracy": accuracy["valid"], "test_accuracy": accuracy["test"], "epochs": args.epochs},
-                      handle)
-
-
-if __name__ == "__main__":
-    main()  # on SIGTERM the kit checkpoints and exits 75 (TrainingStopped is a SystemExit): a rerun resumes
-'''
-
-
 TUTORIAL = REPO / "docs" / "tutorial.md"
 
 
@@ -121,6 +56,11 @@ def tutorial_blocks() -> dict[str, str]:
     """The tutorial page's fenced blocks that carry a title (```lang title="NAME"), by title."""
     text = TUTORIAL.read_text()
     return dict(re.findall(r'^```\w+ title="([^"]+)"\n(.*?)^```$', text, re.MULTILINE | re.DOTALL))
+
+
+# The tutorial's own train.py (its block titled "train.py"): the file a reader copies is the one
+# tested. A plain loop with argparse flags; the lines its "train.py lines" block names are the kit's.
+TRAIN = tutorial_blocks()["train.py"]
 
 
 def run(project: Path, *args: str, check: bool = True, timeout: float = 600) -> subprocess.CompletedProcess[str]:
@@ -359,12 +299,25 @@ def test_restore_names_what_it_changes_and_leaves_untracked_files_alone(tmp_path
     # An edit not committed: apply puts back the experiment's prepare.py, and restore must say so
     # (it listed what HEAD and the experiment differ in: not this, and sweep.yaml that it left alone).
     (project / "prepare.py").write_text(PREPARE + "# tried something\n")
+    # A pointer that low's experiment lacks, not committed (as a later sweep's report.dvc): DVC's
+    # checkout failed on it ("Did you mean `git checkout results/extra.txt.dvc`?"), the restore half done.
+    (project / "results/extra.txt").write_text("data added later\n")
+    dvc(project, "add", "results/extra.txt")
     said = run(project, str(BIN / "snakedvc"), "restore", "low").stderr
+    assert (project / "results/extra.txt.dvc").is_file()
+    assert (project / "results/extra.txt").read_text() == "data added later\n"
     put_back = re.search(r"snakedvc restore: low put back its files: (.*)", said)
     listed = set(put_back.group(1).split(", ")) if put_back else set()
     # (results/metrics.json only where low's differs from high's: two close rates may score the same)
     assert {"prepare.py", "results/model.pt.dvc", "results/params.yaml"} <= listed, said
-    assert listed <= {"prepare.py", "results/model.pt.dvc", "results/params.yaml", "results/metrics.json"}, said
+    # (results/.gitignore: `dvc add` added a line to it, which low's commit lacks)
+    assert listed <= {
+        "prepare.py",
+        "results/model.pt.dvc",
+        "results/params.yaml",
+        "results/metrics.json",
+        ".gitignore",
+    }, said
     assert (project / "prepare.py").read_text() == PREPARE
     assert "and the outputs they record: results/model.pt" in said
     assert "left as they were: your untracked files" in said and "results/data.npz" in said

@@ -548,7 +548,7 @@ def restore(name: str, params_file: str = "results/params.yaml", root: Path | st
     with repo_lock(root):
         differing = _differing_from(ref, top)
         before = _contents(differing, top)
-        targets = sorted(p for p in differing if p.endswith(".dvc") and not p.startswith(".dvc/"))
+        targets = _pointers_held(ref, [p for p in differing if p.endswith(".dvc") and not p.startswith(".dvc/")], top)
         with untracked_kept(root) as kept:
             _apply_experiment(name, targets, root)
     # What changed, said once done: the files apply rewrote, removed or brought (uncommitted edits too).
@@ -593,6 +593,15 @@ def _differing_from(ref: str, top: str) -> list[str]:
     tracked = _git(top, "diff", "--name-only", "-z", ref).split("\0")
     others = _git(top, "ls-files", "--others", "--exclude-standard", "-z").split("\0")
     return sorted({p for p in [*tracked, *others] if p})
+
+
+def _pointers_held(ref: str, pointers: Sequence[str], top: str) -> list[str]:
+    """Those of ``pointers`` that the experiment's commit holds: apply's checkout targets. One it
+    lacks (a later sweep's report.dvc, untracked) made DVC's checkout fail, apply half done."""
+    if not pointers:
+        return []
+    held = _git(top, "--literal-pathspecs", "ls-tree", "-r", "-z", "--name-only", ref, "--", *pointers)
+    return sorted(set(pointers) & set(held.split("\0")))
 
 
 def _contents(paths: Sequence[str], top: str) -> dict[str, str]:
