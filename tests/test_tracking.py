@@ -320,14 +320,21 @@ rule all:
 
 
 @pytest.mark.slow
-def test_a_record_keeps_another_runs_pointer_as_the_commit_has_it(tmp_path: Path) -> None:
-    """The user commits a run's model pointer; a second run retrains (the workspace's pointer
-    changes, uncommitted); a third run makes only another output. Its experiment held the second
-    run's pointer (git keeps a tracked file as the workspace has it), so restoring it gave the
-    second run's model: found by a sweep's trials after a run with procs=2."""
+def test_a_run_that_fails_ends_with_the_kits_line_saying_no_experiment_was_saved(tmp_path: Path) -> None:
+    """Every run ends with one kit line (the tutorial says so); a failed one ended with Snakemake's
+    error alone (a stranger's trial)."""
+    repo = models_repo(tmp_path, TWO_MODELS.replace('"echo {params.width} > {output}"', '"exit 3"'))
+    failed = run_snakemake(repo, "--cores", "1", check=False)
+    assert failed.returncode != 0
+    assert "snakedvc: no experiment saved: the run did not finish" in failed.stderr, failed.stderr[-2000:]
+    assert experiments(repo) == {}
+
+
+def models_repo(tmp_path: Path, snakefile: str) -> Path:
+    """A git + DVC repository with ``snakefile`` and its config, committed."""
     repo = tmp_path / "models"
     repo.mkdir()
-    (repo / "Snakefile").write_text(TWO_MODELS)
+    (repo / "Snakefile").write_text(snakefile)
     (repo / "config.yaml").write_text("width: 1\ndepth: 1\n")
     (repo / ".gitignore").write_text(".snakemake/\nlogs/\n")
     git(repo, "init", "-q", "-b", "main")
@@ -335,6 +342,16 @@ def test_a_record_keeps_another_runs_pointer_as_the_commit_has_it(tmp_path: Path
     dvc(repo, "config", "core.analytics", "false")
     git(repo, "add", "-A")
     git(repo, "commit", "-q", "-m", "the project")
+    return repo
+
+
+@pytest.mark.slow
+def test_a_record_keeps_another_runs_pointer_as_the_commit_has_it(tmp_path: Path) -> None:
+    """The user commits a run's model pointer; a second run retrains (the workspace's pointer
+    changes, uncommitted); a third run makes only another output. Its experiment held the second
+    run's pointer (git keeps a tracked file as the workspace has it), so restoring it gave the
+    second run's model: found by a sweep's trials after a run with procs=2."""
+    repo = models_repo(tmp_path, TWO_MODELS)
     local = ("--cores", "1")
     run_snakemake(repo, *local, "--config", "snakedvc={experiment: {name: first}}")
     git(repo, "add", "-A")

@@ -7,9 +7,10 @@
 # - tracking (`dvc add` of finished outputs on the submit host) and sweeps, as the rules
 #   kit_track, kit_rung and kit_report;
 # - before the first job, the experiment's configured metrics and files checked against the run's
-#   DAG; at the end of a successful run, the run saved as a DVC experiment (a sweep: one per trial).
-#   Snakemake keeps one `onstart` and one `onsuccess`: a workflow's own replaces the kit's, and then
-#   calls snakedvc.start_run(config, workflow) / snakedvc.finish_run(config, workflow) itself.
+#   DAG; at the end of a successful run, the run saved as a DVC experiment (a sweep: one per trial);
+#   at the end of one that did not finish, a line that says no experiment was saved.
+#   Snakemake keeps one `onstart`, `onsuccess` and `onerror`: a workflow's own replaces the kit's,
+#   and then calls snakedvc.start_run(config, workflow) / snakedvc.finish_run(config, workflow) itself.
 #
 # The two modules it uses, which a workflow may also use one at a time under names of its own.
 import snakedvc
@@ -50,3 +51,13 @@ onstart:
 
 onsuccess:
     snakedvc.finish_run(config, workflow)
+
+
+# A run that did not finish (a job failed, a stop) ends with the kit's line too, as every run does.
+onerror:
+    from snakedvc.engine.finish import say as kit_say
+
+    kit_say(
+        "no experiment saved: the run did not finish (Snakemake's lines above name the job and its log); "
+        "the outputs of jobs that finished are kept: rerun after the fix and it starts from them"
+    )
