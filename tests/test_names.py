@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import time
@@ -13,9 +14,13 @@ from tests.conftest import dvc, dvc_experiments, git, run_snakemake
 from tests.test_user_config import CONFIG, SNAKEFILE
 from tests.waiting import wait_until
 
-# train sleeps when asked, so that a second run can start while the first is going.
+# train waits when asked, so that a second run can start while the first is going: on the fifo
+# .git/hold-train where a test made one (it waits until the test writes to it: no race with a
+# busy machine), else for `pause` seconds.
 SLOW_SNAKEFILE = SNAKEFILE.replace(
-    'shell: "echo {params.lr} > {output}"', 'shell: "sleep {config[pause]} && echo {params.lr} > {output}"'
+    'shell: "echo {params.lr} > {output}"',
+    'shell: "if [ -p .git/hold-train ]; then cat .git/hold-train; else sleep {config[pause]}; fi; '
+    'echo {params.lr} > {output}"',
 )
 
 
@@ -64,8 +69,10 @@ def test_a_name_in_use_is_refused_before_any_job_and_replaced_only_when_asked(pr
 
 
 def test_two_runs_started_at_once_with_one_name_one_is_refused(project: Path) -> None:
+    hold = project / ".git" / "hold-train"
+    os.mkfifo(hold)
     first = subprocess.Popen(
-        [sys.executable, "-m", "snakemake", *named("twin"), "pause=8"],
+        [sys.executable, "-m", "snakemake", *named("twin")],
         cwd=project,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
@@ -76,9 +83,20 @@ def test_two_runs_started_at_once_with_one_name_one_is_refused(project: Path) ->
     second = run_snakemake(project, *named("twin"), "pause=0", check=False)
     assert second.returncode != 0
     assert "experiment name 'twin' is claimed by a run that is going: process" in second.stderr + second.stdout
+    writer = wait_until(lambda: _fifo_writer(hold), "the first run's train to wait on its fifo", 120, proc=first)
+    os.write(writer, b"go\n")
+    os.close(writer)
     output, _ = first.communicate(timeout=120)
     assert first.returncode == 0, output[-2000:]
     assert set(dvc_experiments(project)) == {"twin"} and not claim.exists()
+
+
+def _fifo_writer(fifo: Path) -> int | None:
+    """The fifo opened for writing once a reader has it open (None before: ENXIO)."""
+    try:
+        return os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)
+    except OSError:
+        return None
 
 
 def test_a_claim_left_by_a_killed_run_is_stale(project: Path) -> None:

@@ -352,3 +352,25 @@ def test_experiment_files_no_job_writes_stop_the_run_before_any_job(project: Pat
     assert "No job was started" in message and "snakedvc/engine/" not in message, message[-3000:]
     assert model.read_bytes() == before and not (project / ".snakedvc/pending-save.json").exists()
     assert experiments(project) == {"first": 0.01}
+
+
+def test_a_save_still_in_progress_is_not_taken_for_a_pending_one(tmp_path: Path) -> None:
+    """A second run started while the first is saving found the first's mark and took it for a
+    failed earlier save: it saved that experiment again beside the first (found by CI). The mark
+    names its saver; a live saver on this host means no save is pending."""
+    import json
+    import socket
+    import sys
+
+    from snakedvc.engine.finish import PENDING_FILE, pending_save
+
+    mark = tmp_path / PENDING_FILE
+    mark.parent.mkdir(parents=True)
+    saver = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE)
+    left = {"config": {}, "outputs": ["out/model.bin"], "pid": saver.pid, "host": socket.gethostname()}
+    mark.write_text(json.dumps(left))
+    try:
+        assert pending_save(tmp_path) is None
+    finally:
+        saver.communicate(b"")
+    assert pending_save(tmp_path) == left  # its saver gone, the save is pending

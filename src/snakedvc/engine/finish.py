@@ -7,13 +7,14 @@ from __future__ import annotations
 import json
 import logging
 import os
+import socket
 import sys
 from pathlib import Path
 from typing import Any
 
 from snakedvc.engine.config import KEY, ConfigError, typed_overrides
 from snakedvc.engine.foreground import forward_sigterm_to_local_jobs
-from snakedvc.engine.names import EXPERIMENT_NAME_ENV, EXPERIMENT_REPLACE_ENV, release_name
+from snakedvc.engine.names import EXPERIMENT_NAME_ENV, EXPERIMENT_REPLACE_ENV, process_alive, release_name
 from snakedvc.engine.records import dag_outputs, started_commit, within, write_record
 from snakedvc.engine.settings import settings as kit_settings
 from snakedvc.engine.sweep.save import save_trials
@@ -126,7 +127,9 @@ def _save(
                                            "name": settings.name, "replace": settings.replace}}}  # fmt: skip
     pending = Path(root) / PENDING_FILE
     pending.parent.mkdir(parents=True, exist_ok=True)
-    left = {"config": kept, "outputs": own, "overrides": overrides, "baseline": baseline}
+    # pid and host: a second run started meanwhile must not take a save still in progress for a failed one.
+    left = {"config": kept, "outputs": own, "overrides": overrides, "baseline": baseline,
+            "pid": os.getpid(), "host": socket.gethostname()}  # fmt: skip
     pending.write_text(json.dumps(left, default=str))
     try:
         saved = (
@@ -154,7 +157,7 @@ def _save(
 
 def pending_save(root: Path | str = ".") -> dict[str, Any] | None:
     """The save an earlier run left pending (PENDING_FILE): its config, outputs, overrides,
-    baseline; None where there is none."""
+    baseline; None where there is none, or where the run that writes it is still saving."""
     pending = Path(root) / PENDING_FILE
     if not pending.is_file():
         return None
@@ -163,6 +166,9 @@ def pending_save(root: Path | str = ".") -> dict[str, Any] | None:
     except ValueError:
         pending.unlink()
         return None
+    saver = int(left.get("pid") or 0)
+    if left.get("host") == socket.gethostname() and saver != os.getpid() and process_alive(saver):
+        return None  # not pending: its run is saving it now
     return left
 
 

@@ -146,7 +146,7 @@ def claim_holder(name: str, root: str | Path = ".") -> str | None:
         return None
     if held.get("pid") == os.getpid():
         return None
-    if held.get("host") == socket.gethostname() and not _alive(int(held.get("pid", 0))):
+    if held.get("host") == socket.gethostname() and not process_alive(int(held.get("pid", 0))):
         return None
     return (
         f"process {held.get('pid')} on {held.get('host')} since {held.get('since')} ({path}: remove it if that run "
@@ -191,7 +191,8 @@ def release_name(name: str, root: str | Path = ".") -> None:
         pass
 
 
-def _alive(pid: int) -> bool:
+def process_alive(pid: int) -> bool:
+    """Whether process ``pid`` of this host is alive (one we may not signal counts as alive)."""
     if pid <= 0:
         return False
     try:
