@@ -4,12 +4,23 @@ and ≈300 MB; a step's own config checks raise ConfigError without jsonschema i
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 
 class ConfigError(ValueError):
     """A config value is missing, unknown or of the wrong type."""
+
+
+def config_error_ends_run(error: ConfigError) -> NoReturn:
+    """Inside a Snakefile (kit.smk's calls): ``error`` said as one line and the run ended, exit 1.
+    Raised there, Snakemake shows it with the kit's file and stack lines, which read as a crash
+    of the kit; the message alone names the key and what to do. `snakemake --verbose` raises it."""
+    if "--verbose" in sys.argv:
+        raise error
+    print(f"ConfigError: {error}", file=sys.stderr, flush=True)
+    raise SystemExit(1) from None
 
 
 # Exit status of a trainer that checkpointed and stopped on request (EX_TEMPFAIL):

@@ -16,10 +16,13 @@
 import snakedvc
 
 
+from snakedvc.errors import config_error_ends_run
+
+
 try:
     snakedvc.configure(config, workflow)
 except snakedvc.ConfigError as error:  # the message alone: the kit's stack lines read as a crash
-    raise snakedvc.ConfigError(str(error)) from None
+    config_error_ends_run(error)
 
 
 module snakedvc_tracking:
@@ -46,7 +49,7 @@ onstart:
     try:
         snakedvc.start_run(config, workflow)
     except snakedvc.ConfigError as error:  # as above: the message alone
-        raise snakedvc.ConfigError(str(error)) from None
+        config_error_ends_run(error)
 
 
 onsuccess:
