@@ -251,6 +251,13 @@ def test_the_tutorial_runs_locally_end_to_end(project: Path) -> None:
     # Rung 1 (4 epochs) continued each survivor from its rung-0 state (2 epochs): launch handed it on.
     later = sorted((project / "logs/sweeps/first").glob("*/rung1/train.log"))
     assert len(later) == 2 and all("continuing from epoch 3" in text_of(p) for p in later), [text_of(p) for p in later]
+    # Restoring a trial says where its model is, and stamps no plain output with the trial's params
+    # (with --touch it did: a later plain run with them planned nothing, the old model taken for the trial's).
+    trial = sorted(trials)[0]
+    said = run(project, str(BIN / "snakedvc"), "restore", trial).stdout
+    assert f"restored {trial}; {trial} is trial {trial.removeprefix('first-')} of sweep first" in said, said
+    plan = snakemake(project, "--profile", "profiles/local", "-n", "--configfile", "results/params.yaml")
+    assert re.search(r"^fit\s+1$", plan.stdout, re.MULTILINE), plan.stdout[-3000:]
 
     # A detached run after the sweep: trains with its param and saves its experiment.
     run_id = run(

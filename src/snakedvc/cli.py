@@ -264,8 +264,8 @@ def cmd_track(args: argparse.Namespace) -> None:
 def cmd_restore(args: argparse.Namespace) -> None:
     from snakedvc.engine.tracking import restore
 
-    restore(args.name, params_file=args.params)
-    print(f"restored {args.name}; `snakemake -n` now plans only what differs from it")
+    said = restore(args.name, params_file=args.params)
+    print(f"restored {args.name}; {said}")
 
 
 def cmd_submit(args: argparse.Namespace) -> None:

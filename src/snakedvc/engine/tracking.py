@@ -532,13 +532,17 @@ def say_restore(line: str) -> None:
     print(f"snakedvc restore: {line}", file=sys.stderr, flush=True)
 
 
-def restore(name: str, params_file: str = "results/params.yaml", root: Path | str = ".") -> None:
-    """`dvc exp apply` an experiment, then make Snakemake see its outputs as up to date.
+def restore(name: str, params_file: str = "results/params.yaml", root: Path | str = ".") -> str:
+    """`dvc exp apply` an experiment, then make Snakemake see its outputs as up to date; what
+    the restored workspace now is, in a few words.
 
     DVC restores files with fresh mtimes in no particular order, and Snakemake's
     metadata still holds the params of the last run: `snakemake --touch` with the
     experiment's own effective config re-stamps both in DAG order. A later
     `snakemake -n` then plans only what differs between params.yaml and that config.
+    A sweep trial's experiment is not touched: its plain outputs are not the trial's (its
+    model is in the sweep's report folder), and stamping them with its params would let a
+    later run with those params take them for the trial's.
     """
     validate_experiment_name(name)
     ref = experiment_ref(name, root)
@@ -555,11 +559,35 @@ def restore(name: str, params_file: str = "results/params.yaml", root: Path | st
     after = _contents(differing, top)
     changed = [p for p in differing if before.get(p) != after.get(p)]
     say_restore(f"{name} put back its files: {', '.join(changed) or 'none changed'}")
-    if outputs := [t.removesuffix(".dvc") for t in targets if t in changed]:
+    outputs = [t.removesuffix(".dvc") for t in targets if t in changed]
+    if outputs:
         say_restore(f"and the outputs they record: {', '.join(outputs)}")
     if kept:
         shown = ", ".join(kept[:8]) + (f" and {len(kept) - 8} more" if len(kept) > 8 else "")
         say_restore(f"left as they were: your untracked files that {name} holds no version of ({shown})")
+    if trial := _sweep_trial(ref, top):
+        # Older than any input: the next run remakes the plain outputs apply changed.
+        for output in outputs:
+            if (Path(top) / output).is_file():
+                os.utime(Path(top) / output, (0, 0))
+        sweep_name, trial_id = trial
+        return (
+            f"{name} is trial {trial_id} of sweep {sweep_name}: its model and metrics are in the sweep's report "
+            f"folder (trials/{trial_id}/); a plain run remakes the plain outputs"
+        )
+    _touch_outputs(params_file, root)
+    log.info("restored experiment %s; outputs marked up to date", name)
+    return "`snakemake -n` now plans only what differs from it"
+
+
+def _sweep_trial(ref: str, top: str) -> tuple[str, str] | None:
+    """(sweep, trial) where the experiment is a sweep trial's (its message, from save_trials)."""
+    found = re.match(r"sweep (\S+) trial (\S+): ", _git(top, "log", "-1", "--format=%s", ref))
+    return (found[1], found[2]) if found else None
+
+
+def _touch_outputs(params_file: str, root: Path | str) -> None:
+    """Snakemake's --touch with the restored params, until nothing is planned."""
     base = [*python_module("snakemake"), "--cores", "1"]
     if (Path(root) / params_file).is_file():
         base += ["--configfile", str(params_file)]
@@ -573,7 +601,6 @@ def restore(name: str, params_file: str = "results/params.yaml", root: Path | st
         plan = subprocess.run([*base, "--dry-run"], cwd=root, env=env, capture_output=True, text=True)
         if "Nothing to be done" in plan.stdout + plan.stderr:
             break
-    log.info("restored experiment %s; outputs marked up to date", name)
 
 
 # `dvc exp apply NAME` checks out every output of every pipeline in the repository and fails on one
