@@ -130,6 +130,19 @@ def test_a_dvc_pipeline_submitted_from_a_laptop_runs_on_the_cluster_and_comes_ho
     assert run(project, laptop, *kit, "pull", "--remote", "hpc", "second").stdout.split() == ["second"]
     assert experiment(project, laptop, "second")["params"]["params.yaml"]["data"]["lr"] == 0.7
 
+    # A pull never overwrites a record: an experiment of this repository's with the remote's name
+    # on the same commit (here another run's, in its ref) stays; the remote's comes as second-hpc.
+    exp_refs = {
+        r.rsplit("/", 1)[1]: r for r in git(project, "for-each-ref", "--format=%(refname)", "refs/exps").split()
+    }
+    git(project, "update-ref", exp_refs["second"], exp_refs["from-laptop"])
+    again = run(project, laptop, *kit, "pull", "--remote", "hpc", "second")
+    assert again.stdout.split() == ["second-hpc"] and "comes as second-hpc" in again.stderr, again.stderr
+    assert experiment(project, laptop, "second")["params"]["params.yaml"]["data"]["lr"] == 0.5  # from-laptop's
+    assert experiment(project, laptop, "second-hpc")["params"]["params.yaml"]["data"]["lr"] == 0.7
+    assert run(project, laptop, *kit, "pull", "--remote", "hpc", "second").stdout.split() == ["second-hpc"]
+    assert "second-hpc-2" not in git(project, "for-each-ref", "refs/exps")
+
 
 def test_a_wrong_host_key_a_failed_login_or_a_path_outside_the_root_is_named_and_sends_nothing(
     tmp_path: Path, sshd: SshServer

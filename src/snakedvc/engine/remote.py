@@ -327,16 +327,43 @@ def pull(root: Path, remote: Remote, names: Sequence[str] = ()) -> list[str]:
             f"remote {remote.name}: no experiment {', '.join(missing)} on a commit this repository has "
             f"(`snakedvc runs --remote {remote.name}` shows the runs; a run still going has none yet)"
         )
-    if not refs:
-        return []
-    fetched = subprocess.run(
-        ["git", "fetch", "-q", url, *[f"+{ref}:{ref}" for ref in refs]], cwd=root, capture_output=True, text=True,
-        env=env,
-    )  # fmt: skip
-    if fetched.returncode != 0:
-        raise RemoteError(f"remote {remote.name}: git fetch of the experiments failed:\n{fetched.stderr.strip()}")
-    _fetch_data(root, [rev for _, rev in refs.values()])
-    return sorted({name for name, _ in refs.values()})
+    landing = _landing_refs(root, refs, remote.name)
+    wanted = {ref: local for ref, local in landing.items() if _local_rev(root, local) != refs[ref][1]}
+    if wanted:  # no "+": a ref that moved here meanwhile is refused by git, not overwritten
+        fetched = subprocess.run(
+            ["git", "fetch", "-q", url, *[f"{ref}:{local}" for ref, local in wanted.items()]], cwd=root,
+            capture_output=True, text=True, env=env,
+        )  # fmt: skip
+        if fetched.returncode != 0:
+            raise RemoteError(f"remote {remote.name}: git fetch of the experiments failed:\n{fetched.stderr.strip()}")
+        _fetch_data(root, [refs[ref][1] for ref in wanted])
+    return sorted(local.rsplit("/", 1)[1] for local in landing.values())
+
+
+def _local_rev(root: Path, ref: str) -> str | None:
+    found = subprocess.run(["git", "rev-parse", "-q", "--verify", ref], cwd=root, capture_output=True, text=True)
+    return found.stdout.strip() if found.returncode == 0 else None
+
+
+def _landing_refs(root: Path, refs: dict[str, tuple[str, str]], remote: str) -> dict[str, str]:
+    """Where each of the remote's experiment refs lands here: under its own name, unless this
+    repository has another experiment of that name on that commit (a run made here): then under
+    NAME-<remote> (or NAME-<remote>-2, …), said. A pull never overwrites a record."""
+    landing = {}
+    for ref, (name, rev) in refs.items():
+        local, tries = ref, 1
+        while (_local_rev(root, local) or rev) != rev:
+            tries += 1
+            local = f"{ref}-{remote}" if tries == 2 else f"{ref}-{remote}-{tries - 1}"
+        if local != ref:
+            print(
+                f"snakedvc pull: experiment {name} here is another run's; remote {remote}'s {name} comes as "
+                f"{local.rsplit('/', 1)[1]}",
+                file=sys.stderr,
+                flush=True,
+            )
+        landing[ref] = local
+    return landing
 
 
 def _fetch_data(root: Path, revs: Sequence[str]) -> None:
