@@ -303,8 +303,8 @@ def test_restore_names_what_it_changes_and_leaves_untracked_files_alone(tmp_path
                   f"snakedvc={{experiment: {{name: {name}}}}}")  # fmt: skip
     data = (project / "results/data.npz").read_bytes()
     (project / "notes.txt").write_text("mine\n")
-    # An edit not committed: apply puts back the experiment's prepare.py, and restore must say so
-    # (it listed what HEAD and the experiment differ in: not this, and sweep.yaml that it left alone).
+    # An edit not committed: apply would put back the experiment's prepare.py and lose the edit;
+    # restore keeps it in git's stash and says so.
     (project / "prepare.py").write_text(PREPARE + "# tried something\n")
     # A pointer that low's experiment lacks, not committed (as a later sweep's report.dvc): DVC's
     # checkout failed on it ("Did you mean `git checkout results/extra.txt.dvc`?"), the restore half done.
@@ -316,16 +316,19 @@ def test_restore_names_what_it_changes_and_leaves_untracked_files_alone(tmp_path
     put_back = re.search(r"snakedvc restore: low put back its files: (.*)", said)
     listed = set(put_back.group(1).split(", ")) if put_back else set()
     # (results/metrics.json only where low's differs from high's: two close rates may score the same)
-    assert {"prepare.py", "results/model.pt.dvc", "results/params.yaml"} <= listed, said
+    assert {"results/model.pt.dvc", "results/params.yaml"} <= listed, said
     # (results/.gitignore: `dvc add` added a line to it, which low's commit lacks)
     assert listed <= {
-        "prepare.py",
         "results/model.pt.dvc",
         "results/params.yaml",
         "results/metrics.json",
         ".gitignore",
     }, said
     assert (project / "prepare.py").read_text() == PREPARE
+    assert "your uncommitted edits of prepare.py are kept in git's stash" in said, said
+    git(project, "stash", "pop", "-q")
+    assert (project / "prepare.py").read_text() == PREPARE + "# tried something\n"
+    git(project, "checkout", "prepare.py")
     assert "and the outputs they record: results/model.pt" in said
     assert "left as they were: your untracked files" in said and "results/data.npz" in said
     assert (project / "results/data.npz").read_bytes() == data

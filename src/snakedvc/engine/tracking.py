@@ -550,6 +550,7 @@ def restore(name: str, params_file: str = "results/params.yaml", root: Path | st
         raise TrackingError(f"no experiment named {name!r} (dvc exp show -A lists them)")
     top = _git(root, "rev-parse", "--show-toplevel")
     with repo_lock(root):
+        stashed = _stash_edits(name, top, params_file)
         differing = _differing_from(ref, top)
         before = _contents(differing, top)
         targets = _pointers_held(ref, [p for p in differing if p.endswith(".dvc") and not p.startswith(".dvc/")], top)
@@ -558,7 +559,12 @@ def restore(name: str, params_file: str = "results/params.yaml", root: Path | st
     # What changed, said once done: the files apply rewrote, removed or brought (uncommitted edits too).
     after = _contents(differing, top)
     changed = [p for p in differing if before.get(p) != after.get(p)]
-    say_restore(f"{name} put back its files: {', '.join(changed) or 'none changed'}")
+    if stashed:
+        say_restore(f"your uncommitted edits of {', '.join(stashed)} are kept in git's stash (`git stash list`; "
+                    "`git stash pop` brings them back)")  # fmt: skip
+    say_restore(f"{name} put back its files: {', '.join(p for p in changed if p in after) or 'none changed'}")
+    if removed := [p for p in changed if p not in after]:
+        say_restore(f"and removed those it has none of: {', '.join(removed)}")
     outputs = [t.removesuffix(".dvc") for t in targets if t in changed]
     if outputs:
         say_restore(f"and the outputs they record: {', '.join(outputs)}")
@@ -612,6 +618,18 @@ from dvc.repo import Repo
 with Repo(sys.argv[1]) as repo:
     repo.experiments.apply(sys.argv[2], targets=sys.argv[3:] or None)
 """
+
+
+def _stash_edits(name: str, top: str, params_file: str) -> list[str]:
+    """The user's uncommitted edits of tracked files (code, config), which apply would overwrite,
+    put in git's stash, named, before it: not the files runs write (.dvc pointers, DVC's
+    .gitignore files, dvc.lock, the params record). The files stashed."""
+    written = (".dvc", ".gitignore", "dvc.lock", Path(params_file).name)
+    edited = [p for p in _git(top, "diff", "--name-only", "-z", "HEAD").split("\0") if p and not p.endswith(written)]
+    if edited:
+        message = f"snakedvc restore {name}: your uncommitted edits before it"
+        _git(top, "--literal-pathspecs", "stash", "push", "-q", "-m", message, "--", *edited)
+    return edited
 
 
 def _differing_from(ref: str, top: str) -> list[str]:
