@@ -119,6 +119,11 @@ def test_a_sweep_that_is_not_the_last_run_is_reported_alone_and_absent_values_ar
         "trial,rung,valid_loss,best,status,error\nt000,1,0.5,True,ok,\nt001,0,,False,failed,diverged\n"
     )
     (sweep / "plan.json").write_text(json_.dumps({"name": "old", "metric": "valid_loss", "direction": "min"}))
+    # No final evaluation rule: the winner's own files show (records.md promises its metrics; none showed).
+    (sweep / "trials/t000").mkdir(parents=True)
+    (sweep / "trials/t000/metrics.json").write_text('{"valid_loss": 0.5, "test_rmse": 0.9}')
+    (sweep / "trials/t001").mkdir(parents=True)
+    (sweep / "trials/t001/metrics.json").write_text('{"error": "diverged"}')
     (root / "results/metrics.json").write_text('{"accuracy": 0.75}')
     (root / "dvc.yaml").write_text("metrics: [results/metrics.json]\n")
     write_record(root, {"outcome": "done", "outputs": ["results/metrics.json"], "sweep": None, "experiments": ["plain"],
@@ -127,6 +132,8 @@ def test_a_sweep_that_is_not_the_last_run_is_reported_alone_and_absent_values_ar
     assert 'id="run"' not in page and "sweep: no" not in page and 'data-metric="results/metrics.json' not in page
     assert "The sweep results/sweeps/old/report alone: it is not the last run" in page and "plain" in page
     assert 'id="sweep"' in page and ">nan<" not in page
+    assert 'data-metric="results/sweeps/old/report/trials/t000/metrics.json:test_rmse"' in page, page[:3000]
+    assert "trials/t001/metrics.json" not in page
     # The plain run's own report is as before: its header and metrics, no sweep section.
     own = write_report(root, "results/report.html").read_text()
     assert 'id="run"' in own and 'data-metric="results/metrics.json:accuracy"' in own and 'id="sweep"' not in own

@@ -405,12 +405,24 @@ def _add_sweep(report: Report, root: Path, sweep_dir: Path) -> None:
 
     report.sweep = html_section(sweep_dir)
     final = sweep_dir.parent / "final"
-    for path in sorted(final.glob("*")) if final.is_dir() else []:
+    # Without a final evaluation rule: the files the winner's last rung wrote (its trials/ folder).
+    shown = sorted(final.glob("*")) if final.is_dir() else _winners_files(sweep_dir)
+    for path in shown:
         name = str(path.relative_to(root))
         if path.suffix in (".json", ".yaml"):
             report.metrics[name] = flatten(read_structured(path))
         elif path.suffix.lower() in IMAGE_TYPES:
             report.images.append((name, IMAGE_TYPES[path.suffix.lower()], path.read_bytes()))
+
+
+def _winners_files(sweep_dir: Path) -> list[Path]:
+    """The files in the sweep report's folder of its winner (summary.csv's best row), if any."""
+    import csv
+
+    with (sweep_dir / "summary.csv").open(newline="") as rows:
+        best = [row["trial"] for row in csv.DictReader(rows) if row.get("best", "").lower() in ("true", "1")]
+    folder = sweep_dir / "trials" / best[0] if best else None
+    return sorted(p for p in folder.glob("*") if p.is_file()) if folder and folder.is_dir() else []
 
 
 def _sweep_alone(report: Report, root: Path, sweep_dir: Path, record: dict[str, Any] | None) -> Report:
