@@ -137,3 +137,31 @@ def test_a_sweep_that_is_not_the_last_run_is_reported_alone_and_absent_values_ar
     # The plain run's own report is as before: its header and metrics, no sweep section.
     own = write_report(root, "results/report.html").read_text()
     assert 'id="run"' in own and 'data-metric="results/metrics.json:accuracy"' in own and 'id="sweep"' not in own
+
+
+def test_a_run_that_failed_after_the_recorded_one_is_named_on_the_page(tmp_path: Path) -> None:
+    """After a failed run, the page showed the older run's results with no word of the failure."""
+    import os
+
+    from snakedvc.engine.records import read_record, write_record
+    from snakedvc.engine.report import write_report
+
+    root = tmp_path / "project"
+    (root / "results").mkdir(parents=True)
+    (root / "results/metrics.json").write_text('{"accuracy": 0.75}')
+    (root / "dvc.yaml").write_text("metrics: [results/metrics.json]\n")
+    write_record(root, {"outcome": "done", "outputs": ["results/metrics.json"], "sweep": None, "experiments": ["plain"],
+                        "params": "results/params.yaml"})  # fmt: skip
+    finished = float(read_record(root)["finished"])
+    logs = root / ".snakemake/log"
+    logs.mkdir(parents=True)
+    earlier = logs / "2026-01-01T000000.000000.snakemake.log"
+    earlier.write_text("Error in rule train:\n    jobid: 1\n")  # a failure before the recorded run
+    os.utime(earlier, (finished - 10, finished - 10))
+    assert 'id="note"' not in write_report(root, "results/report.html").read_text()
+    later = logs / "2026-01-02T000000.000000.snakemake.log"
+    later.write_text("Error in rule train:\n    jobid: 1\nExiting because a job execution failed.\n")
+    os.utime(later, (finished + 10, finished + 10))
+    page = write_report(root, "results/report.html").read_text()
+    assert "A later run did not finish (its Snakemake log: .snakemake/log/2026-01-02T000000" in page, page[:3000]
+    assert 'data-metric="results/metrics.json:accuracy"' in page  # the recorded run's, as before

@@ -372,6 +372,7 @@ def collect(root: Path, title: str, snakemake_args: Sequence[str] = (), sweep_di
         report.note = "No run record (.snakedvc/last-run.json): showing the files the workspace holds."
     else:
         report.run = run_header(record)
+        report.note = _later_failed_run(root, record)
     for name in entries["metrics"]:
         path = root / str(name)
         if path.is_file() and ours(str(name)):
@@ -479,6 +480,21 @@ def run_header(record: dict[str, Any]) -> dict[str, Any]:
         "ended": when(record.get("finished")),
         "outcome": record.get("outcome", "?"),
     }
+
+
+def _later_failed_run(root: Path, record: dict[str, Any]) -> str:
+    """A note where a run that failed came after the recorded one (its Snakemake log is newer and
+    says so): the page shows the last run that finished, which a reader must not take for it."""
+    for path in sorted((root / ".snakemake" / "log").glob("*.snakemake.log"), reverse=True):
+        if path.stat().st_mtime <= float(record.get("finished") or 0):
+            break
+        text = path.read_text(errors="replace")
+        if "Error in rule" in text or "Exiting because a job execution failed" in text:
+            return (
+                f"A later run did not finish (its Snakemake log: {path.relative_to(root)}); this page shows the last "
+                "run that did, and no experiment was saved for the later one."
+            )
+    return ""
 
 
 def _latest_snakemake_log(root: Path) -> str:
