@@ -99,6 +99,8 @@ def test_a_dvc_pipeline_submitted_from_a_laptop_runs_on_the_cluster_and_comes_ho
         f"ssh://cluster{cluster_root}",
         "--snakedvc",
         str(BIN / "snakedvc"),
+        "--profile",
+        "local",
     )
     # Uncommitted, as a person submits: the code as it is now is what runs.
     (project / "params.yaml").write_text("n: 1\nlr: 0.1\n# tried on the cluster\n")
@@ -162,11 +164,23 @@ def test_a_wrong_host_key_a_failed_login_or_a_path_outside_the_root_is_named_and
             project, laptop, *kit, "remote", "add", "hpc", url, "--snakedvc", str(BIN / "snakedvc"), check=False
         )
         assert added.returncode == 1 and words in added.stderr and "nothing was sent" in added.stderr, added.stderr
+        assert run(project, laptop, *kit, "remote", "list").stdout == ""  # a failed check keeps nothing
+        run(project, laptop, *kit, "remote", "add", "hpc", url, "--snakedvc", str(BIN / "snakedvc"), "--no-check")
         submitted = run(project, laptop, *kit, "submit", "--remote", "hpc", check=False)
         assert submitted.returncode == 1 and words in submitted.stderr, submitted.stderr
         assert not cluster_root.exists()  # nothing pushed, nothing started
     laptop = laptop_env(sshd.laptop_home(tmp_path / "home"), path)
     project = laptop_project(tmp_path / "ok", laptop)
+    # A kit command that is not there is named at `remote add`, which then keeps nothing.
+    wrong = run(project, laptop, *kit, "remote", "add", "hpc", url, "--snakedvc", "/nowhere/snakedvc", check=False)
+    assert wrong.returncode == 1 and "'/nowhere/snakedvc' not found" in wrong.stderr, wrong.stderr
+    assert "--snakedvc" in wrong.stderr and "Traceback" not in wrong.stderr
+    assert run(project, laptop, *kit, "remote", "list").stdout == ""
+    # Without --profile, the cluster's: slurm where it has sbatch (one trip with the version check).
+    added = run(project, laptop, *kit, "remote", "add", "hpc", url, "--snakedvc", str(BIN / "snakedvc"))
+    found = "profile slurm (the cluster has sbatch)" if shutil.which("sbatch") else "profile local (no sbatch there)"
+    assert found in added.stdout and "the kit there: 0." in added.stdout, added.stdout
+    assert run(project, laptop, *kit, "remote", "list").stdout.split()[-1] == found.split()[1]
     outside = run(project, laptop, *kit, "remote", "add", "up", "ssh://cluster/tmp/../etc", check=False)
     assert outside.returncode == 1 and "without '..'" in outside.stderr, outside.stderr
     unknown = run(project, laptop, *kit, "runs", "--remote", "nowhere", check=False)
@@ -333,7 +347,9 @@ def test_a_remote_run_is_watched_and_cancelled_from_the_laptop(
     run(project, laptop, "git", "commit", "-q", "-m", "a slow stage")
     kit = [str(BIN / "snakedvc")]
     run(project, laptop, *kit, "remote", "add", "hpc", f"ssh://cluster{tmp_path / 'cluster'}", "--snakedvc", kit[0])
-    run(project, laptop, *kit, "submit", "--remote", "hpc", "--name", "slow")
+    # The remote's profile: SLURM, as the cluster has sbatch (it ran on the login node, unsaid).
+    submitted = run(project, laptop, *kit, "submit", "--remote", "hpc", "--name", "slow")
+    assert "(profile slurm)" in submitted.stderr, submitted.stderr
 
     def state() -> str:
         (listed,) = json.loads(run(project, laptop, *kit, "runs", "--remote", "hpc", "--json").stdout)
@@ -366,7 +382,8 @@ def test_with_a_git_origin_the_run_pushes_its_experiment_there_for_plain_dvc_exp
     git(project, "remote", "add", "origin", str(origin))
     run(project, laptop, "git", "push", "-q", "origin", "main")
     kit = [str(BIN / "snakedvc")]
-    run(project, laptop, *kit, "remote", "add", "hpc", f"ssh://cluster{tmp_path / 'cluster'}", "--snakedvc", kit[0])
+    run(project, laptop, *kit, "remote", "add", "hpc", f"ssh://cluster{tmp_path / 'cluster'}", "--snakedvc", kit[0],
+        "--profile", "local")  # fmt: skip
     run(project, laptop, *kit, "submit", "--remote", "hpc", "-S", "lr=0.9", "--name", "via-origin")
 
     def states() -> list[str]:
@@ -388,7 +405,8 @@ def test_a_queue_made_from_a_laptop_runs_on_the_cluster_and_comes_home(tmp_path:
     project = laptop_project(tmp_path, laptop)
     kit = [str(BIN / "snakedvc")]
     cluster_root = tmp_path / "cluster" / "runs"
-    run(project, laptop, *kit, "remote", "add", "hpc", f"ssh://cluster{cluster_root}", "--snakedvc", kit[0])
+    run(project, laptop, *kit, "remote", "add", "hpc", f"ssh://cluster{cluster_root}", "--snakedvc", kit[0],
+        "--profile", "local")  # fmt: skip
     queued = run(project, laptop, *kit, "exp", "run", "--queue", "--remote", "hpc", "-S", "lr=0.2,0.3", "-n", "rq")
     assert "Queued experiment 'rq-1' on remote hpc" in queued.stdout and "'rq-2'" in queued.stdout, queued.stdout
 

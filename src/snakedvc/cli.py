@@ -317,13 +317,15 @@ SUBMIT_EXP_RUN_FLAGS = {
 def _submit_remote(args: argparse.Namespace, snakemake_args: list[str]) -> None:
     """`submit --remote NAME`: the same submission, started on the remote's login node over SSH."""
     from snakedvc.engine.dvcpipeline import is_dvc_pipeline
-    from snakedvc.engine.remote import get_remote, submit_remote
+    from snakedvc.engine.remote import get_remote, run_profile, submit_remote
     from snakedvc.engine.runs import repository_root
     from snakedvc.engine.stamps import new_run_id
 
     root = repository_root(".")
     forwarded: list[str] = []
-    for flag, value in (("--name", args.name), ("--profile", args.profile), ("--resources", args.resources)):
+    remote = get_remote(root, args.remote)
+    profile = run_profile(root, args.profile or remote.profile, snakemake_args)
+    for flag, value in (("--name", args.name), ("--profile", profile), ("--resources", args.resources)):
         forwarded += [flag, value] if value else []
     forwarded += ["--replace"] if args.replace else []
     forwarded += [flag for dest, flag in SUBMIT_EXP_RUN_FLAGS.items() if getattr(args, dest, False)]
@@ -336,7 +338,6 @@ def _submit_remote(args: argparse.Namespace, snakemake_args: list[str]) -> None:
     # The cluster's clone has the code, not the data: a dvc.yaml run pulls what it needs from the DVC remote.
     forwarded += ["--pull"] if args.pull or pipeline else []
     forwarded += ["--allow-missing"] if args.allow_missing else []
-    remote = get_remote(root, args.remote)
     run_id = submit_remote(
         root, remote, [*forwarded, *(["--", *snakemake_args] if snakemake_args else [])], new_run_id()
     )
@@ -344,7 +345,7 @@ def _submit_remote(args: argparse.Namespace, snakemake_args: list[str]) -> None:
         print(f"Queued experiment '{args.name}' on remote {remote.name} (run {run_id}); `snakedvc queue start "
               f"--remote {remote.name}` starts the queue there")  # fmt: skip
         return
-    print(f"submitted run {run_id} on remote {remote.name}; you may disconnect. `snakedvc logs --remote {remote.name} "
+    print(f"submitted run {run_id} on remote {remote.name} (profile {profile}); you may disconnect. `snakedvc logs --remote {remote.name} "
           f"-f {run_id}` follows it; `snakedvc pull --remote {remote.name}` brings its experiment here",
           file=sys.stderr)  # fmt: skip
 
@@ -361,20 +362,26 @@ def _on_remote(args: argparse.Namespace, command: list[str]) -> None:
 
 
 def cmd_remote(args: argparse.Namespace) -> None:
-    from snakedvc.engine.remote import add_remote, check_login, list_remotes, remove_remote
+    from snakedvc.engine.remote import Remote, add_remote, list_remotes, probe, remove_remote
     from snakedvc.engine.runs import repository_root
 
     root = repository_root(".")
     if args.action == "add":
-        remote = add_remote(root, args.name, args.url, args.snakedvc)
-        if not args.no_check:
-            check_login(remote)
-        print(f"remote {remote.name}: {remote.url} (the kit there: {remote.snakedvc})")
+        said = ""
+        if not args.no_check:  # checked before anything is kept: a remote that fails them is not added
+            found, version = probe(Remote(args.name, args.url, args.snakedvc))
+            said = f"; the kit there: {version}"
+            if not args.profile:
+                said += f"; profile {found} ({'the cluster has sbatch' if found == 'slurm' else 'no sbatch there'})"
+        profile = args.profile or (found if not args.no_check else "local")
+        remote = add_remote(root, args.name, args.url, args.snakedvc, profile)
+        print(f"remote {remote.name}: {remote.url} (the kit there: {remote.snakedvc}{said}); its runs use profile "
+              f"{remote.profile} unless a run gives --profile")  # fmt: skip
     elif args.action == "remove":
         remove_remote(root, args.name)
     else:
         for remote in list_remotes(root):
-            print(f"{remote.name}\t{remote.url}\t{remote.snakedvc}")
+            print(f"{remote.name}\t{remote.url}\t{remote.snakedvc}\t{remote.profile}")
 
 
 def cmd_pull(args: argparse.Namespace) -> None:
@@ -674,10 +681,12 @@ def _add_remote_commands(step: Step) -> None:
     q.add_argument("url", help="ssh://[user@]host[:port]/folder: the folder the kit keeps this project's clone in")
     q.add_argument("--snakedvc", default="snakedvc",
                    help="the kit's command on the cluster, e.g. /home/me/env/bin/snakedvc (default: snakedvc on PATH)")  # fmt: skip
-    q.add_argument("--no-check", action="store_true", help="do not log in to check it")
+    q.add_argument("--profile", help="the profile its runs use unless a run gives one: slurm, local or a folder "
+                   "of the project (default: slurm where the cluster has sbatch, else local)")  # fmt: skip
+    q.add_argument("--no-check", action="store_true", help="do not log in to check it (the profile: local)")
     q = actions.add_parser("remove", help="forget a remote")
     q.add_argument("name")
-    actions.add_parser("list", help="the remotes: name, URL, the kit's command there")
+    actions.add_parser("list", help="the remotes: name, URL, the kit's command there, profile")
 
     p = step("pull", cmd_pull, "bring a remote's experiments here: git refs over SSH, data from the DVC remote")
     p.add_argument("--remote", required=True, metavar="NAME", help="the remote (snakedvc remote add)")

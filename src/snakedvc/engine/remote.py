@@ -51,6 +51,7 @@ class Remote:
     name: str
     url: str
     snakedvc: str = "snakedvc"  # the kit's command on the cluster (a path into its environment)
+    profile: str = "local"  # the profile its runs use unless one is given: slurm, local, or a folder
 
     @property
     def _parts(self) -> tuple[str, str, int | None, str]:
@@ -111,14 +112,36 @@ def parse_url(url: str) -> tuple[str, str, int | None, str]:
 # --- naming remotes (git config of the project) ----------------------------------------------
 
 
-def add_remote(root: Path, name: str, url: str, snakedvc: str = "snakedvc") -> Remote:
+def add_remote(root: Path, name: str, url: str, snakedvc: str = "snakedvc", profile: str = "") -> Remote:
+    """The remote kept in this clone's git config; ``profile`` empty: probed (see probe()) unless
+    the caller checks nothing, then local."""
     if not _NAME.match(name):
         raise RemoteError(f"remote name {name!r}: use letters, digits, '.', '_' or '-'")
-    remote = Remote(name, url, snakedvc)
+    remote = Remote(name, url, snakedvc, profile or "local")
     remote.root  # noqa: B018 (checks the URL)
-    git(root, "config", "--local", f"{SECTION}.{name}.url", url)
-    git(root, "config", "--local", f"{SECTION}.{name}.snakedvc", snakedvc)
+    for field, value in (("url", url), ("snakedvc", snakedvc), ("profile", remote.profile)):
+        git(root, "config", "--local", f"{SECTION}.{name}.{field}", value)
     return remote
+
+
+# One trip: whether the cluster has sbatch, then the kit's version there ($1: its command, an argument).
+_PROBE = 'if command -v sbatch >/dev/null 2>&1; then echo slurm; else echo local; fi; exec "$1" --version'
+
+
+def probe(remote: Remote) -> tuple[str, str]:
+    """(the profile the cluster calls for: slurm where it has sbatch, else local; the kit's version
+    there), in one SSH trip that also checks the login; a RemoteError where the kit's command
+    is not there."""
+    proc = run_ssh(remote, ["sh", "-c", _PROBE, "snakedvc", remote.snakedvc], tries=1)
+    lines = proc.stdout.split()
+    if proc.returncode != 0 or len(lines) < 2:
+        missing = "not found" if proc.returncode == 127 else f"did not run (exit {proc.returncode})"
+        raise RemoteError(
+            f"remote {remote.name}: the kit's command {remote.snakedvc!r} {missing} on {remote.destination}, so the "
+            "remote was not added. Give its path there with --snakedvc (e.g. --snakedvc ~/env/bin/snakedvc, where "
+            f"`pip install snakedvc` put it).\n{proc.stderr.strip()}"
+        )
+    return lines[0], lines[1]
 
 
 def remove_remote(root: Path, name: str) -> None:
@@ -135,7 +158,11 @@ def list_remotes(root: Path) -> list[Remote]:
         key, _, value = line.partition(" ")
         name, _, field = key[len(SECTION) + 1 :].rpartition(".")  # a name may hold dots: the key's last part
         found.setdefault(name, {})[field] = value
-    return [Remote(name, v["url"], v.get("snakedvc", "snakedvc")) for name, v in sorted(found.items()) if "url" in v]
+    return [
+        Remote(name, v["url"], v.get("snakedvc", "snakedvc"), v.get("profile", "local"))
+        for name, v in sorted(found.items())
+        if "url" in v
+    ]
 
 
 def get_remote(root: Path, name: str) -> Remote:
@@ -147,6 +174,23 @@ def get_remote(root: Path, name: str) -> Remote:
             f"snakedvc remote add {name} ssh://USER@HOST/~/runs"
         )
     return remotes[name]
+
+
+def run_profile(root: Path, profile: str, snakemake_args: Sequence[str]) -> str:
+    """The --profile a remote run is sent with: a dvc.yaml pipeline takes ``profile`` as it is (its
+    own folder of that name, else the kit's); a Snakefile project's ``slurm`` or ``local`` is its
+    folder profiles/<name> (what `snakedvc init` writes), checked here before anything is sent."""
+    from snakedvc.engine.dvcpipeline import is_dvc_pipeline
+
+    if is_dvc_pipeline(root, snakemake_args) or (root / profile / "config.yaml").is_file():
+        return profile
+    folder = f"profiles/{profile}"
+    if (root / folder / "config.yaml").is_file():
+        return folder
+    raise RemoteError(
+        f"profile {profile!r}: this project has neither {profile}/config.yaml nor {folder}/config.yaml, so nothing "
+        "was sent (`snakedvc init` writes profiles/local and profiles/slurm; or give --profile FOLDER)"
+    )
 
 
 # --- SSH -------------------------------------------------------------------------------------
