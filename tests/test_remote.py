@@ -102,6 +102,12 @@ def test_a_dvc_pipeline_submitted_from_a_laptop_runs_on_the_cluster_and_comes_ho
         "--profile",
         "local",
     )
+    # Checked here, before anything is sent: a -S value Hydra cannot parse, a stage that is not there.
+    for wrong, said in ((["-S", "lr=[1,"], "no viable alternative"), (["--target", "nostage"], "nostage")):
+        refused = run(project, laptop, *kit, "submit", "--remote", "hpc", *wrong, check=False)
+        assert refused.returncode == 1 and said in refused.stderr, refused.stderr
+        assert "(checked here; nothing was sent to remote hpc)" in refused.stderr and "Traceback" not in refused.stderr
+    assert not cluster_root.exists()
     # Uncommitted, as a person submits: the code as it is now is what runs.
     (project / "params.yaml").write_text("n: 1\nlr: 0.1\n# tried on the cluster\n")
     submitted = run(project, laptop, *kit, "submit", "--remote", "hpc", "-S", "lr=0.5", "--name", "from-laptop")

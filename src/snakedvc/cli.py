@@ -335,6 +335,8 @@ def _submit_remote(args: argparse.Namespace, snakemake_args: list[str]) -> None:
         for value in values:
             forwarded += [flag, value]
     pipeline = is_dvc_pipeline(root, snakemake_args)
+    if pipeline:
+        _check_before_sending(args, root, remote.name)
     # The cluster's clone has the code, not the data: a dvc.yaml run pulls what it needs from the DVC remote.
     forwarded += ["--pull"] if args.pull or pipeline else []
     forwarded += ["--allow-missing"] if args.allow_missing else []
@@ -348,6 +350,22 @@ def _submit_remote(args: argparse.Namespace, snakemake_args: list[str]) -> None:
     print(f"submitted run {run_id} on remote {remote.name} (profile {profile}); you may disconnect. `snakedvc logs --remote {remote.name} "
           f"-f {run_id}` follows it; `snakedvc pull --remote {remote.name}` brings its experiment here",
           file=sys.stderr)  # fmt: skip
+
+
+def _check_before_sending(args: argparse.Namespace, root: Path, remote: str) -> None:
+    """A dvc.yaml run's -S values, targets and params checked here, as its dry run (with --pull, as
+    the cluster runs it): a mistake is said before any code is pushed, not on the cluster after."""
+    from snakedvc.engine.dvcpipeline import ExpRunOptions, dry_run
+    from snakedvc.engine.remote import RemoteError
+
+    options = ExpRunOptions(
+        () if args.no_hydra else tuple(args.set_param), args.resources, tuple(args.target), True, args.allow_missing,
+        args.recursive, args.single_item, args.pipeline, args.all_pipelines, args.downstream,
+    )  # fmt: skip
+    try:
+        dry_run(options.overrides, root, options.resources_file, options.selection(), missing=options.missing())
+    except Exception as error:  # noqa: BLE001 (whatever it is, it is said, and nothing is sent)
+        raise RemoteError(f"{error} (checked here; nothing was sent to remote {remote})") from None
 
 
 def _on_remote(args: argparse.Namespace, command: list[str]) -> None:
