@@ -597,9 +597,11 @@ def test_a_stopped_local_run_stops_its_stages_and_records_only_the_finished(tmp_
         "second": {"cmd": "sleep 300 && echo 2 > second.txt", "deps": ["first.txt"], "outs": ["second.txt"]},
     }}  # fmt: skip
     repo = clone(dvc_project(tmp_path / "origin", {"dvc.yaml": yaml.safe_dump(stages)}), "stopped")
+    # Started as `cmd &` from a script starts it: SIGINT ignored, which the kit must undo (it heard
+    # no cancel, and ran on for 300 s, where CI was started in the background).
     run = subprocess.Popen(
         [str(BIN / "snakedvc"), "exp", "run"], cwd=repo, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        start_new_session=True,
+        start_new_session=True, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN),
     )  # fmt: skip
 
     def sleeping() -> list[str]:

@@ -856,6 +856,16 @@ def _user_errors() -> tuple[type[BaseException], ...]:
     return (ConfigError, DecisionLogError, FileNotFoundError, InitError, RunError, TrackingError, ValueError)
 
 
+def _hear_sigint() -> None:
+    """SIGINT stops the command (KeyboardInterrupt), also where it came ignored: started in the
+    background by a non-interactive shell (`cmd &`, a CI script, nohup), a process inherits SIGINT
+    ignored and Python keeps it so, but SIGINT is the kit's stop (a cancel sends it to a run)."""
+    import signal
+
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     passed_on = []  # `exp run ... -- ARGS`: ARGS go to Snakemake (argparse cannot split them from TARGETS)
@@ -863,6 +873,7 @@ def main(argv: list[str] | None = None) -> int:
     if argv[start : start + 2] == ["exp", "run"] and "--" in argv:
         argv, passed_on = argv[: argv.index("--")], argv[argv.index("--") + 1 :]
     args = build_parser().parse_args(argv)
+    _hear_sigint()
     if args.chdir:
         os.chdir(args.chdir)
     if args.command not in ("exp", "stage-run"):  # DVC's drop-in: stages see the user's PATH, as under DVC
