@@ -43,6 +43,7 @@ def queue(*columns: str) -> list[list[str]]:
     return [line.split("|") for line in out.stdout.splitlines()]
 
 
+@pytest.mark.cluster_alone  # slurmctld stopped: every other test's sbatch and squeue would stall
 def test_submit_once_adopts_the_job_that_a_timed_out_sbatch_made(slurm_cluster: None, tmp_path: Path) -> None:
     comment = f"fault-test-{os.getpid()}-{time.time_ns()}"
     command = ["sbatch", "--parsable", "--job-name=fault-test", f"--comment={comment}", "--wrap=sleep 1"]
@@ -61,6 +62,7 @@ def test_submit_once_adopts_the_job_that_a_timed_out_sbatch_made(slurm_cluster: 
     assert [line for line in made if line.endswith(f"|{comment}")] == [f"{jobid}|{comment}"], made
 
 
+@pytest.mark.cluster_alone  # slurmctld stopped: every other test's sbatch and squeue would stall
 def test_a_stalled_slurmctld_during_a_detached_run(slurm_cluster: None, tmp_path: Path) -> None:
     """Submit while slurmctld is stopped, and stop it again while the run's first job runs, until
     after it has ended, so that the next job's sbatch times out: one SLURM job per job, `runs` says unknown (not lost),

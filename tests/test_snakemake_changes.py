@@ -26,7 +26,8 @@ import snakemake
 import yaml
 from packaging.version import Version
 
-from tests.conftest import REPO, SNAKEMAKE, without_slurm
+from tests.conftest import REPO, SNAKEMAKE, accounted_jobs, without_slurm
+from tests.waiting import wait_until
 
 pytestmark = pytest.mark.skipif(
     Version(snakemake.__version__) < Version("9.27.1"),
@@ -435,7 +436,14 @@ def test_profile_warning_signal_arrives_before_the_time_limit(slurm_cluster: Non
     # The TERM ends the job step, so the job fails; no retry.
     smk(tmp_path, "--profile", "profile", "--retries", "0", timeout=400)
     assert evidence.is_file(), "the job never got SIGTERM"
-    assert float(evidence.read_text()) < 90, evidence.read_text()
+    # Before the limit, from the warning: the job failed on it, not TIMEOUT. Not a number of seconds:
+    # SLURM sends it up to a minute late (119.4 s measured on a busy machine, with the signal asked at 30 s).
+    assert float(evidence.read_text()) < 120, evidence.read_text()
+    states = wait_until(
+        lambda: [job["state"] for job in accounted_jobs(tmp_path) if job["end"] not in ("", "Unknown")],
+        "accounting to hear of the job's end", 120, poll=2,
+    )  # fmt: skip
+    assert states == ["FAILED"], states
 
 
 def test_runtime_strings_and_units_are_minutes(tmp_path: Path) -> None:
