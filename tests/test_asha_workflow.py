@@ -124,10 +124,15 @@ def complete_lines(path: Path) -> list[str]:
     return lines[:-1]  # what follows the last newline is a line being written, if anything
 
 
+# The same, with 4 trials: the loss test runs it twice (lost and resumed, then replayed).
+FOUR = json.loads(json.dumps(EIGHT))
+FOUR["snakedvc"]["sweep"]["space"] = {"train.lr": [0.003, 0.03], "train.hidden": [16, 64]}
+
+
 @pytest.mark.slow
 def test_a_lost_controller_resumes_the_sweep_keeping_every_trial_rung_and_decision(tmp_path: Path) -> None:
     repo = dvc_example(tmp_path / "repo")
-    (repo / "eight.yaml").write_text(yaml.safe_dump(EIGHT))
+    (repo / "eight.yaml").write_text(yaml.safe_dump(FOUR))
     run_id = submit(repo, "--name", "asha-lost", "--profile", LOCAL, "--", "--configfile", "eight.yaml")
     workspace = repo / f".snakedvc/runs/{run_id}/workspace"
     sweep = workspace / "results/sweeps/d8"
@@ -138,7 +143,7 @@ def test_a_lost_controller_resumes_the_sweep_keeping_every_trial_rung_and_decisi
         return sum('"event": "result"' in line for line in complete_lines(log)) if log.is_file() else 0
 
     try:
-        wait_until(lambda: results_so_far() >= 5, "5 results in the decision log", timeout=300, poll=0.2)
+        wait_until(lambda: results_so_far() >= 3, "3 results in the decision log", timeout=300, poll=0.2)
         first = controller_pid(repo, run_id)
         # The machine is lost: the controller, its Snakemake and the trial jobs die at once.
         os.killpg(first, signal.SIGKILL)
@@ -148,7 +153,7 @@ def test_a_lost_controller_resumes_the_sweep_keeping_every_trial_rung_and_decisi
         wait_until(lambda: runs(repo)[run_id]["state"] == "lost", "the run to show as lost", timeout=30, poll=0.5)
         before = complete_lines(log)
         finished = finished_files(sweep)
-        assert len(finished) >= 10
+        assert len(finished) >= 6
 
         snakedvc(repo, "resume", run_id)
         ended = wait_until_ended(repo, run_id)
@@ -169,12 +174,12 @@ def test_a_lost_controller_resumes_the_sweep_keeping_every_trial_rung_and_decisi
     # What an uninterrupted run decides for the same order of results.
     assert check(header, events) == []
     experiments = dvc_experiments(repo, "results/trial.json")
-    assert sorted(n for n in experiments if n.startswith("d8-")) == [f"d8-t{i:03d}" for i in range(8)]
+    assert sorted(n for n in experiments if n.startswith("d8-")) == [f"d8-t{i:03d}" for i in range(4)]
 
     # An uninterrupted run that replays the log takes the same decisions, slot by slot and step by
     # step; its trial-rungs give the same metrics and states (checked as each arrives), and the same winner.
     replay = copy_example(tmp_path / "replay")
-    replayed = json.loads(json.dumps(EIGHT))
+    replayed = json.loads(json.dumps(FOUR))
     replayed["snakedvc"]["sweep"]["replay"] = str(log)
     (replay / "eight.yaml").write_text(yaml.safe_dump(replayed))
     run_snakemake(replay, "--profile", LOCAL, "--configfile", "eight.yaml")
