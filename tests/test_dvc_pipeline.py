@@ -824,3 +824,35 @@ def test_dvc_lock_entries_are_reordered_by_moving_lines_to_the_bytes_a_parse_and
     other = tmp_path / "other.lock"
     other.write_text("stages:\n    plain:\n      cmd: x\n")  # entries indented by four
     assert not reorder_lock_entries(other, shuffled) and other.read_text() == "stages:\n    plain:\n      cmd: x\n"
+
+
+def test_a_stage_job_waiting_for_word_gives_up_soon_after_its_run_stops_beating(tmp_path: Path) -> None:
+    """A stage's job waits for the submit host's word whether to run: it waited 600 s where that
+    host was gone (issue 51: a cancelled remote run's evaluate job hung 3 minutes). Its run moves a
+    heartbeat; unmoved for stale_s, the job stops, saying so. While it moves, the job waits on."""
+    import threading
+    import time
+
+    from snakedvc.engine.dvcpipeline.run import heartbeat
+    from snakedvc.stage import HEARTBEAT, wait_for_decision
+
+    word = tmp_path / "decided" / "rule_train"
+    alive = word.with_name(HEARTBEAT)
+    with heartbeat(alive, every_s=0.05):
+        wait_until(alive.is_file, "the first beat", 30)
+    said = wait_for_decision(word, wait_s=600, stale_s=1)  # it beat, then stopped: the run is gone
+    assert said.startswith("stop ") and "stopped beating" in said, said
+
+    # Beating, the job outwaits wait_s (the bound for a run without a heartbeat) until the word comes.
+    def say_run_after(beats: int) -> None:
+        seen = set()
+        while len(seen) < beats:
+            seen.add(alive.stat().st_mtime_ns)
+            time.sleep(0.01)
+        word.write_text("run\n")
+
+    with heartbeat(alive, every_s=0.05):
+        writer = threading.Thread(target=say_run_after, args=(30,))
+        writer.start()
+        assert wait_for_decision(word, wait_s=0.5, stale_s=60) == "run"
+        writer.join()

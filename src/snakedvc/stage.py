@@ -53,16 +53,33 @@ def without_thread_limits(environ: dict[str, str]) -> dict[str, str]:
     return env
 
 
-# Seconds a stage's job waits for the word whether to run. It comes within seconds of the
-# upstream stages' end; none after this long means the run that started the job is gone.
+# Seconds a stage's job waits for the word whether to run where its run keeps no heartbeat (a run
+# of an older kit). The word comes within seconds of the upstream stages' end.
 DECISION_WAIT_S = 600
+# The file in the decisions' folder whose mtime the run that writes them moves every few seconds
+# (engine/dvcpipeline/run.py), and how long a job waits with it unmoved before it gives up: the run
+# is gone (its host lost, killed). Unmoved, not old: the job's clock and the filesystem's need not agree.
+HEARTBEAT = ".alive"
+HEARTBEAT_STALE_S = 90.0
 
 
-def wait_for_decision(path: Path, wait_s: float = DECISION_WAIT_S) -> str:
-    """The word the submit host wrote to ``path`` (engine/dvcpipeline/commit.py), once it is there."""
+def wait_for_decision(path: Path, wait_s: float = DECISION_WAIT_S, stale_s: float = HEARTBEAT_STALE_S) -> str:
+    """The word the submit host wrote to ``path`` (engine/dvcpipeline/commit.py), once it is there;
+    a stop where the run that would write it is gone (its heartbeat unmoved for ``stale_s``)."""
     deadline = time.monotonic() + wait_s
+    beat, beat_seen = None, time.monotonic()
     while not path.is_file():
-        if time.monotonic() > deadline:
+        now = time.monotonic()
+        try:
+            moved = (path.parent / HEARTBEAT).stat().st_mtime_ns
+        except OSError:
+            moved = None
+        if moved is not None and moved != beat:
+            beat, beat_seen, deadline = moved, now, float("inf")  # a heartbeat: it decides, not the deadline
+        if beat is not None and now - beat_seen > stale_s:
+            return (f"stop no word in {path}: the snakedvc exp run that started this job stopped beating "
+                    f"{now - beat_seen:.0f} s ago ({path.parent / HEARTBEAT} unmoved): it is gone")  # fmt: skip
+        if now > deadline:
             return f"stop no word in {path} after {wait_s:.0f} s: the snakedvc exp run that started this job is gone"
         time.sleep(0.1)
     return path.read_text().strip()

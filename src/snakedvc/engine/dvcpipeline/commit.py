@@ -265,6 +265,12 @@ class Bookkeeper:
                     "" if self.first.one_at_a_time else ", or run with --one-at-a-time",
                 )  # fmt: skip
 
+    def heartbeat_file(self) -> Path:
+        """The file whose moves tell this run's waiting jobs that it is alive (stage.HEARTBEAT)."""
+        from snakedvc.stage import HEARTBEAT
+
+        return self.root / self.plan.folder / "decided" / HEARTBEAT  # beside the words (Plan.decision)
+
     def stop_waiting(self, why: str) -> None:
         """Every stage still waiting told to stop (the run is ending)."""
         for name in self.plan.run:

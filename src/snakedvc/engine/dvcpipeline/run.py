@@ -325,7 +325,10 @@ def start_and_follow(
     Popen, it lost the process, which then ran the stages on its own: a cancel over --remote)."""
     snakemake: subprocess.Popen[bytes] | None = None
     try:
-        with sigterm_interrupts():  # a SIGTERM (a local run's forced stop) stops Snakemake as Ctrl-C does
+        with (
+            sigterm_interrupts(),
+            heartbeat(books.heartbeat_file()),
+        ):  # a SIGTERM (a local run's forced stop) stops Snakemake as Ctrl-C does
             with signals_held() as held:
                 snakemake = subprocess.Popen(command, **options)
             if held:
@@ -344,6 +347,34 @@ def start_and_follow(
     if stream is not None:
         stream.drain()
     return snakemake.returncode
+
+
+# Seconds between the moves of a run's heartbeat (stage.HEARTBEAT): well below HEARTBEAT_STALE_S.
+HEARTBEAT_EVERY_S = 5.0
+
+
+@contextlib.contextmanager
+def heartbeat(path: Path, every_s: float = HEARTBEAT_EVERY_S) -> Iterator[None]:
+    """``path``'s mtime moved every ``every_s`` while the body runs, from a thread of its own (the
+    bookkeeper's passes can take minutes in a large commit): the stage jobs waiting for this run's
+    word see it is alive, and give up soon after it stops (stage.wait_for_decision)."""
+    stop = threading.Event()
+
+    def beat() -> None:
+        while not stop.is_set():
+            with contextlib.suppress(OSError):
+                path.parent.mkdir(parents=True, exist_ok=True)
+                path.touch()
+                os.utime(path)
+            stop.wait(every_s)
+
+    beating = threading.Thread(target=beat, name="snakedvc-heartbeat", daemon=True)
+    beating.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        beating.join()
 
 
 @contextlib.contextmanager
