@@ -342,9 +342,12 @@ def test_a_remote_run_is_watched_and_cancelled_from_the_laptop(
     tmp_path: Path, sshd: SshServer, slurm_cluster: None
 ) -> None:
     """runs, logs, cancel and resume --remote show and do on the cluster what they do there; the
-    laptop may go away after the submit (its command has returned: the run goes on without it)."""
+    laptop may go away after the submit (its command has returned: the run goes on without it).
+    The cluster's folder and the laptop's are named with shell words: none of them runs, anywhere
+    on the trip (laptop, ssh, git push, the login node, the SLURM job's script)."""
     laptop = laptop_env(sshd.laptop_home(tmp_path / "home"), f"{BIN}:{without_slurm(tmp_path)['PATH']}")
-    project = tmp_path / "laptop" / "slow"
+    words = 'it\'s "q" $(touch PWNED1) `touch PWNED2`; touch PWNED3'
+    project = tmp_path / f"laptop {words}" / "slow"
     project.mkdir(parents=True)
     (project / "dvc.yaml").write_text(SLOW)
     git(project, "init", "-q", "-b", "main")
@@ -352,7 +355,8 @@ def test_a_remote_run_is_watched_and_cancelled_from_the_laptop(
     git(project, "add", "-A")
     run(project, laptop, "git", "commit", "-q", "-m", "a slow stage")
     kit = [str(BIN / "snakedvc")]
-    run(project, laptop, *kit, "remote", "add", "hpc", f"ssh://cluster{tmp_path / 'cluster'}", "--snakedvc", kit[0])
+    run(project, laptop, *kit, "remote", "add", "hpc", f"ssh://cluster{tmp_path / 'cluster' / words}", "--snakedvc",
+        kit[0])  # fmt: skip
     # The remote's profile: SLURM, as the cluster has sbatch (it ran on the login node, unsaid).
     submitted = run(project, laptop, *kit, "submit", "--remote", "hpc", "--name", "slow")
     assert "(profile slurm)" in submitted.stderr, submitted.stderr
@@ -373,6 +377,9 @@ def test_a_remote_run_is_watched_and_cancelled_from_the_laptop(
     wait_until(lambda: state() == "cancelled", timeout=120, what="the remote run cancelled again")
     sleeping = subprocess.run(["pgrep", "-f", "sleep 300 && echo done"], capture_output=True, text=True).stdout
     assert sleeping.split() == [], sleeping  # nothing of the run is left on the cluster
+    assert (tmp_path / "cluster" / words / "slow" / ".git").is_dir()  # the clone is where it was named
+    made = [*tmp_path.rglob("PWNED*"), *Path.home().glob("PWNED*"), *Path.cwd().glob("PWNED*")]
+    assert made == [], made
 
 
 def test_with_a_git_origin_the_run_pushes_its_experiment_there_for_plain_dvc_exp_pull(
