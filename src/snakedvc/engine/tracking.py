@@ -550,7 +550,7 @@ def restore(name: str, params_file: str = "results/params.yaml", root: Path | st
         raise TrackingError(f"no experiment named {name!r} (dvc exp show -A lists them)")
     top = _git(root, "rev-parse", "--show-toplevel")
     with repo_lock(root):
-        stashed = _stash_edits(name, top, params_file)
+        stashed = _stash_edits(name, top, os.path.relpath(Path(root).resolve() / params_file, top))
         differing = _differing_from(ref, top)
         before = _contents(differing, top)
         targets = _pointers_held(ref, [p for p in differing if p.endswith(".dvc") and not p.startswith(".dvc/")], top)
@@ -620,12 +620,14 @@ with Repo(sys.argv[1]) as repo:
 """
 
 
-def _stash_edits(name: str, top: str, params_file: str) -> list[str]:
+def _stash_edits(name: str, top: str, params_record: str) -> list[str]:
     """The user's uncommitted edits of tracked files (code, config), which apply would overwrite,
     put in git's stash, named, before it: not the files runs write (.dvc pointers, DVC's
-    .gitignore files, dvc.lock, the params record). The files stashed."""
-    written = (".dvc", ".gitignore", "dvc.lock", Path(params_file).name)
-    edited = [p for p in _git(top, "diff", "--name-only", "-z", "HEAD").split("\0") if p and not p.endswith(written)]
+    .gitignore files, dvc.lock, ``params_record``: the run's params, from the top of git). The
+    files stashed."""
+    written = (".dvc", ".gitignore", "dvc.lock")
+    edited = [p for p in _git(top, "diff", "--name-only", "-z", "HEAD").split("\0")
+              if p and not p.endswith(written) and p != params_record]  # fmt: skip
     if edited:
         message = f"snakedvc restore {name}: your uncommitted edits before it"
         _git(top, "--literal-pathspecs", "stash", "push", "-q", "-m", message, "--", *edited)
