@@ -255,8 +255,14 @@ def test_submitted_runs_at_once_each_end_in_their_own_experiment(project: Path) 
     runs = {
         lr: snakedvc(by_kit, "submit", "--name", f"lr{lr}", "-S", f"train.lr=0.{lr}").stdout.strip() for lr in (2, 4)
     }
+    # Every run ended before DVC reads the experiments: `dvc exp show` during another run's save
+    # fails in DVC ("unknown Git revision 'refs/exps/exec/EXEC_BASELINE'": the save's ref, for a moment).
+    ended_runs = {
+        lr: wait_until(lambda run_id=run_id: ended_run(by_kit, run_id), f"run {run_id} to end", 300, poll=1)
+        for lr, run_id in runs.items()
+    }
     for lr, run_id in runs.items():
-        ended = wait_until(lambda run_id=run_id: ended_run(by_kit, run_id), f"run {run_id} to end", 300, poll=1)
+        ended = ended_runs[lr]
         assert ended["state"] == "done" and ended["experiments"] == [f"lr{lr}"], snakedvc(by_kit, "logs", run_id).stdout
         # The workspace had the outputs at submit (from DVC's cache): only the stages -S changed ran.
         markers = (by_kit / ".snakedvc/runs" / run_id / "workspace/.snakedvc/pipeline").glob("*/ran/*")

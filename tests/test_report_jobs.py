@@ -59,7 +59,8 @@ def test_report_without_graphviz_draws_the_dag_and_lists_every_job(tmp_path: Pat
         if cells
     }
     # Rule a has a benchmark file; b has none: its time comes from Snakemake's log, in whole seconds.
-    assert rows["a"][-1] == "benchmark file" and float(rows["a"][0]) >= 1.2 and rows["a"][2].endswith("MB")
+    # (Snakemake's benchmark starts timing a little after the command: 1.19 s measured for its sleep 1.2.)
+    assert rows["a"][-1] == "benchmark file" and float(rows["a"][0]) >= 1 and rows["a"][2].endswith("MB")
     assert rows["b"][-1] == "Snakemake&#x27;s log" and rows["b"][1:3] == ["-", "-"] and float(rows["b"][0]) >= 1
     assert "all" in rows
 
