@@ -61,6 +61,7 @@ onerror:
     from snakedvc.engine.finish import say as kit_say
 
     kit_say(
-        "no experiment saved: the run did not finish (Snakemake's lines above name the job and its log); "
-        "the outputs of jobs that finished are kept: rerun after the fix and it starts from them"
+        "no experiment saved: the run did not finish (a job failed, or the run was stopped: Snakemake's lines "
+        "above name the job and its log); the outputs of jobs that finished are kept, and a stopped training's "
+        "checkpoint: the same command again (after a fix, where a job failed) starts from them"
     )
