@@ -63,6 +63,9 @@ subprocess.Popen = StoppedWhileStarting
 class Books:
     def step(self): pass
     def stop_waiting(self, why): pass
+    def heartbeat_file(self):
+        import pathlib
+        return pathlib.Path(sys.argv[1]).with_name("alive")
 
 try:
     start_and_follow(["sleep", "300"], {"start_new_session": True}, Books(), None)
