@@ -14,16 +14,10 @@ import pytest
 from snakedvc.engine.foreground import descendants
 from tests.conftest import SNAKEMAKE
 from tests.test_save_faults import experiments, project, run_named  # noqa: F401 - the fixture
+from tests.test_stop_group import alive
 from tests.waiting import wait_until
 
 pytestmark = pytest.mark.slow
-
-
-def running(pid: int) -> bool:
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
 
 
 def sleeping_job(run: subprocess.Popen[str]) -> list[int]:
@@ -54,5 +48,5 @@ def test_sigterm_to_a_foreground_run_stops_its_local_jobs_and_says_what_was_kept
     assert run.returncode != 0
     assert "SIGTERM: stopping this run's" in said and "a training's checkpoint" in said, said[-3000:]
     # Gone, or a zombie its parent has not reaped yet (under load, a moment after Snakemake's exit).
-    wait_until(lambda: not any(running(pid) for pid in jobs), "the stopped job's processes to end", 30)
+    wait_until(lambda: not any(alive(pid) for pid in jobs), "the stopped job's processes to end", 30)
     assert experiments(project) == {"first": 0.01}  # nothing saved for the stopped run

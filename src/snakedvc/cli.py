@@ -385,14 +385,13 @@ def cmd_remote(args: argparse.Namespace) -> None:
 
     root = repository_root(".")
     if args.action == "add":
-        said = ""
+        found, said = "local", ""
         if not args.no_check:  # checked before anything is kept: a remote that fails them is not added
             found, version = probe(Remote(args.name, args.url, args.snakedvc))
             said = f"; the kit there: {version}"
             if not args.profile:
                 said += f"; profile {found} ({'the cluster has sbatch' if found == 'slurm' else 'no sbatch there'})"
-        profile = args.profile or (found if not args.no_check else "local")
-        remote = add_remote(root, args.name, args.url, args.snakedvc, profile)
+        remote = add_remote(root, args.name, args.url, args.snakedvc, args.profile or found)
         print(f"remote {remote.name}: {remote.url} (the kit there: {remote.snakedvc}{said}); its runs use profile "
               f"{remote.profile} unless a run gives --profile")  # fmt: skip
     elif args.action == "remove":

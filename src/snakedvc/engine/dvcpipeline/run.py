@@ -361,11 +361,11 @@ def heartbeat(path: Path, every_s: float = HEARTBEAT_EVERY_S) -> Iterator[None]:
     stop = threading.Event()
 
     def beat() -> None:
+        with contextlib.suppress(OSError):
+            path.parent.mkdir(parents=True, exist_ok=True)
         while not stop.is_set():
             with contextlib.suppress(OSError):
-                path.parent.mkdir(parents=True, exist_ok=True)
-                path.touch()
-                os.utime(path)
+                path.touch()  # an existing file: its mtime moved to now
             stop.wait(every_s)
 
     beating = threading.Thread(target=beat, name="snakedvc-heartbeat", daemon=True)
