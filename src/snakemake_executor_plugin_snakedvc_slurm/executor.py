@@ -1,4 +1,4 @@
-"""The official SLURM executor with four fixes: `executor: snakedvc-slurm`.
+"""The official SLURM executor with five fixes: `executor: snakedvc-slurm`.
 
 Everything else (sbatch flags from resources, job scripts, failure reasons, log deletion,
 retries, cancelling) is snakemake-executor-plugin-slurm's own. Written for plugin
@@ -26,6 +26,10 @@ Executor, and each fix is also a ready upstream patch in docs/upstream/ (README.
   pipe goes to sacct as arguments), which always fails, and warns three times per run.
   Here the account of your recent jobs is read with a proper argument list, once, and
   logged in one line.
+- Quoted commands (docs/upstream/0006-wrap-command-quoted-for-the-shell.patch). The plugin
+  passes a job's command as `--wrap="..."` through a shell, so `$(...)` in a project's path
+  ran on the submit host. Here the command goes to sbatch as a script on stdin, its paths
+  quoted (get_python_executable, get_snakefile, get_job_args).
 
 Two changes of behaviour besides. A job's end is seen without waiting for accounting: its batch
 script leaves its exit code in a file (with_exit_code_file), which the status loop looks for every
