@@ -189,6 +189,13 @@ def test_a_wrong_host_key_a_failed_login_or_a_path_outside_the_root_is_named_and
     assert run(project, laptop, *kit, "remote", "list").stdout.split()[-1] == found.split()[1]
     outside = run(project, laptop, *kit, "remote", "add", "up", "ssh://cluster/tmp/../etc", check=False)
     assert outside.returncode == 1 and "without '..'" in outside.stderr, outside.stderr
+    # Folders SLURM or git cannot take are refused with why, before any trip; nothing is kept.
+    for folder, why in (("/tmp/runs %j", "SLURM reads as a pattern"), ("/tmp/a\nb", "control character")):
+        refused = run(
+            project, laptop, *kit, "remote", "add", "odd", f"ssh://cluster{folder}", "--snakedvc", kit[0], check=False
+        )
+        assert refused.returncode == 1 and why in refused.stderr and "Traceback" not in refused.stderr, refused.stderr
+    assert [line.split()[0] for line in run(project, laptop, *kit, "remote", "list").stdout.splitlines()] == ["hpc"]
     unknown = run(project, laptop, *kit, "runs", "--remote", "nowhere", check=False)
     assert unknown.returncode == 1 and "snakedvc remote add nowhere" in unknown.stderr, unknown.stderr
 

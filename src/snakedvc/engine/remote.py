@@ -92,6 +92,12 @@ def _url_path(path: str) -> str:
 
 def parse_url(url: str) -> tuple[str, str, int | None, str]:
     """(user, host, port, root) of ``ssh://[user@]host[:port]/root``; a RemoteError says what is wrong."""
+    # Before urlsplit, which drops tabs and newlines without a word (another folder than named).
+    if any(ord(c) < 32 or ord(c) == 127 for c in url):
+        raise RemoteError(
+            f"remote URL {url!r} holds a control character (a newline or tab); "
+            "git, DVC and SLURM's job scripts cannot take it in a folder's name: choose another folder"
+        )
     parts = urlsplit(url)
     if parts.scheme != "ssh" or not parts.hostname:
         raise RemoteError(
@@ -101,6 +107,11 @@ def parse_url(url: str) -> tuple[str, str, int | None, str]:
     if not path or path == "/" or ".." in PurePosixPath(path).parts:
         raise RemoteError(
             f"remote URL {url!r}: give the folder the kit keeps projects in, without '..' (e.g. /~/runs or /scratch/me/runs)"
+        )
+    if "%" in path:  # sbatch reads %j, %x… in the log paths under it; a URL's %20 is not decoded here
+        raise RemoteError(
+            f"remote URL {url!r}: the folder holds '%', which SLURM reads as a pattern in the jobs' log paths "
+            "(%j: the job id); choose a folder without it (spaces and quotes are fine, written as they are)"
         )
     try:
         port = parts.port
