@@ -862,3 +862,46 @@ def test_a_stage_job_waiting_for_word_gives_up_soon_after_its_run_stops_beating(
         writer.start()
         assert wait_for_decision(word, wait_s=0.5, stale_s=60) == "run"
         writer.join()
+
+
+LIVE_PIPELINE = """\
+stages:
+  gate:
+    cmd: touch {gate}/waiting && while [ ! -e {gate}/go ]; do sleep 0.2; done && echo ${{lr}} > gate.txt
+    params: [lr]
+    outs: [gate.txt]
+  train:
+    cmd: >-
+      mkdir -p live/plots/metrics && echo "step	loss" > live/plots/metrics/loss.tsv &&
+      echo '{{"step": 7, "loss": 0.5}}' > live/metrics.json
+    outs: [live]
+"""
+
+
+def test_a_submitted_runs_live_line_shows_no_training_that_dvc_checked_out_before_its_jobs(tmp_path: Path) -> None:
+    """A run lists no live training that is not its own: the dvclive folder of a stage that does
+    not run, which --pull fetched from the DVC remote at the run's start (after its record was
+    made), is an earlier experiment's (issue 51: `runs` showed the previous run's last epoch)."""
+    from snakedvc.engine.runs import Run
+    from snakedvc.engine.runs.state import training_progress
+
+    gate = tmp_path / "gate"
+    gate.mkdir()
+    repo = dvc_project(tmp_path / "origin", {"params.yaml": "lr: 0.1\n", "dvc.yaml": LIVE_PIPELINE.format(gate=gate)})
+    (gate / "go").touch()
+    dvc(repo, "remote", "add", "-d", "store", str(tmp_path / "store"))
+    dvc(repo, "repro", "--quiet")  # an earlier run's dvclive folder, on the DVC remote
+    dvc(repo, "push", "--quiet")
+    (gate / "go").unlink()
+    (gate / "waiting").unlink()
+    # As in the cluster's fresh clone (`exp run --remote`): the run's --pull writes it anew.
+    for made in ("live", "gate.txt", ".dvc/cache"):
+        shutil.rmtree(repo / made) if (repo / made).is_dir() else (repo / made).unlink()
+    run_id = snakedvc(repo, "submit", "--name", "lr2", "--pull", "-S", "lr=0.2").stdout.strip()
+    run = Run.load(repo / ".snakedvc/runs" / run_id)
+    wait_until((gate / "waiting").exists, "the run's one changed stage running", 300)
+    assert (run.workspace / "live/metrics.json").is_file()  # DVC pulled the earlier one
+    assert training_progress(run) == []
+    (gate / "go").touch()
+    ended = wait_until(lambda: ended_run(repo, run_id), f"run {run_id} to end", 300, poll=1)
+    assert ended["state"] == "done", snakedvc(repo, "logs", run_id).stdout

@@ -33,10 +33,13 @@ from typing import Any
 METRICS_FILE = "metrics.json"
 PARAMS_FILE = "params.yaml"
 PLOTS_DIR = Path("plots") / "metrics"
+# Touched in a run's workspace when its jobs begin: a dvclive folder written before that (DVC's
+# checkout or --pull of an earlier experiment's outputs) is not this run's training.
+JOBS_BEGAN = Path(".snakedvc") / "jobs-began"
 
 Row = tuple[int, dict[str, float]]
 
-__all__ = ["EpochLog", "Progress", "find_logs", "read_progress"]
+__all__ = ["JOBS_BEGAN", "EpochLog", "Progress", "find_logs", "read_progress"]
 
 
 class EpochLog:

@@ -32,6 +32,7 @@ from snakedvc.engine.env import python_module
 from snakedvc.engine.foreground import descendants, started_at
 from snakedvc.engine.records import ignore_kit_folder
 from snakedvc.engine.stamps import new_run_id
+from snakedvc.live import JOBS_BEGAN
 
 log = logging.getLogger(__name__)
 
@@ -260,6 +261,9 @@ def run_plan(
     jobs, one a stage, while a bookkeeper in this process commits the stages that finish and
     tells the waiting ones whether to run. What was recorded; a PipelineError naming the stages
     that failed, once every stage that finished is committed."""
+    began = root / JOBS_BEGAN  # what DVC checked out or pulled so far is not this run's training
+    began.parent.mkdir(parents=True, exist_ok=True)
+    began.touch()
     with Bookkeeper(plan, root) as books:
         books.commit_unrun()
         this_pass: Plan | None = plan if plan.run else None

@@ -13,7 +13,7 @@ from typing import Any
 
 from snakedvc import slurm
 from snakedvc.engine.runs.record import ACTIVE_STATES, RUN_RECORD, RUNS_DIR, Run, RunError, this_host
-from snakedvc.live import METRICS_FILE, Progress, find_logs, read_progress
+from snakedvc.live import JOBS_BEGAN, METRICS_FILE, Progress, find_logs, read_progress
 from snakedvc.slurm import SlurmUnavailable
 
 # --- watching -------------------------------------------------------------------------------
@@ -174,8 +174,12 @@ def training_progress(run: Run, limit: int = 5) -> list[Progress]:
     """The run's trainings as their dvclive folders say (snakedvc.live), most recently written first."""
     if not run.workspace.is_dir():
         return []
-    # Folders written since the run started: those linked in from earlier runs are not live.
-    found = (read_progress(folder) for folder in find_logs(run.workspace) if _written_since(folder, run.created))
+    # Folders written since the run's jobs began: those linked in from earlier runs, or checked
+    # out or pulled by DVC before its jobs (an earlier experiment's), are not live.
+    began = run.created
+    with contextlib.suppress(OSError):
+        began = max(began, (run.workspace / JOBS_BEGAN).stat().st_mtime)
+    found = (read_progress(folder) for folder in find_logs(run.workspace) if _written_since(folder, began))
     return [p for p in found if p is not None][:limit]
 
 
