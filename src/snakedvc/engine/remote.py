@@ -264,11 +264,6 @@ def run_ssh(
     raise AssertionError("unreachable")
 
 
-def check_login(remote: Remote) -> None:
-    """Before anything is pushed: the host is known and the login works (a RemoteError saying which)."""
-    run_ssh(remote, ["true"], tries=1)
-
-
 def run_kit(
     remote: Remote, project: str, args: Sequence[str], capture: bool = False
 ) -> subprocess.CompletedProcess[str]:
@@ -306,13 +301,18 @@ def claim_run_id(
     return new_id, commit
 
 
-def push_code(root: Path, remote: Remote, project: str, commit: str, baseline: str, run_id: str) -> None:
-    """The frozen commit (and its history) into the project's clone on the remote, made where
-    missing; the clone's working tree at the baseline, the commit the run's experiment hangs on."""
+def make_clone(remote: Remote, project: str) -> str:
+    """The project's clone on the remote, made where missing: the first trip, so also the login's
+    check (a RemoteError naming the host key or the login) before anything is frozen or pushed."""
     folder = remote.project_dir(project)
     made = run_ssh(remote, ["git", "init", "-q", folder])
     if made.returncode != 0:
         raise RemoteError(f"remote {remote.name}: cannot make the project's clone {folder}: {made.stderr.strip()}")
+    return folder
+
+
+def push_code(root: Path, remote: Remote, project: str, commit: str, baseline: str, run_id: str) -> None:
+    """The frozen commit (and its history) into the project's clone on the remote."""
     proc = subprocess.run(
         ["git", "push", "-q", "--no-verify", remote.git_url(project),
          f"{commit}:refs/snakedvc/incoming/{run_id}", f"{baseline}:refs/snakedvc/baselines/{run_id}"],
@@ -322,33 +322,46 @@ def push_code(root: Path, remote: Remote, project: str, commit: str, baseline: s
         raise RemoteError(
             f"remote {remote.name}: git push of the code to {remote.git_url(project)} failed:\n{proc.stderr}"
         )
-    moved = run_ssh(remote, ["git", "-C", folder, "checkout", "-q", "--detach", baseline])
-    if moved.returncode != 0:
-        raise RemoteError(
-            f"remote {remote.name}: the clone {folder} cannot check out the baseline {baseline[:12]} "
-            f"(changed by hand there?):\n{moved.stderr.strip()}"
-        )
-    origin = subprocess.run(["git", "remote", "get-url", "origin"], cwd=root, capture_output=True, text=True)
-    if origin.returncode == 0:  # the cluster pushes the experiment's refs where the laptop's origin is
-        url = origin.stdout.strip()
-        run_ssh(remote, ["git", "-C", folder, "remote", "remove", "origin"])
-        run_ssh(remote, ["git", "-C", folder, "remote", "add", "origin", url])
+
+
+# One trip after the push: the clone's working tree at the baseline (the commit the run's
+# experiment hangs on), its origin the laptop's where it has one (the cluster pushes the
+# experiment's refs there), then the kit's submit. $1 folder, $2 baseline, $3 origin or "".
+_CHECKOUT_AND_SUBMIT = """\
+git -C "$1" checkout -q --detach "$2" || exit 97
+if [ -n "$3" ]; then
+  git -C "$1" remote remove origin 2>/dev/null
+  git -C "$1" remote add origin "$3" || exit 98
+fi
+shift 3
+exec "$@"
+"""
 
 
 def submit_remote(root: Path, remote: Remote, submit_args: Sequence[str], run_id: str) -> str:
-    """Freeze the code, push it, start the run on the remote (`snakedvc submit --commit`); the run id."""
+    """Freeze the code, push it, start the run on the remote (`snakedvc submit --commit`); the run id.
+    Three SSH connections: the clone made, the push, its checkout with the submit."""
     from snakedvc.engine.records import ignore_kit_folder
     from snakedvc.engine.runs.workspace import earlier_outputs, freeze, head_commit
 
-    check_login(remote)
     project = project_name(root)
-    remote.project_dir(project)
+    folder = make_clone(remote, project)
     ignore_kit_folder(root)  # the pending submission's record is no code
     baseline = head_commit(root)
     commit, tree = freeze(root, f"snakedvc run for remote {remote.name}: the code as submitted", earlier_outputs(root))
     run_id, commit = claim_run_id(root, remote, commit, tree, submit_args, run_id)
     push_code(root, remote, project, commit, baseline, run_id)
-    started = run_kit(remote, project, ["submit", "--commit", commit, "--run-id", run_id, "--push", *submit_args])
+    origin = subprocess.run(["git", "remote", "get-url", "origin"], cwd=root, capture_output=True, text=True)
+    url = origin.stdout.strip() if origin.returncode == 0 else ""
+    submit = [remote.snakedvc, "-C", folder, "submit", "--commit", commit, "--run-id", run_id, "--push", *submit_args]
+    started = run_ssh(remote, ["sh", "-c", _CHECKOUT_AND_SUBMIT, "sh", folder, baseline, url, *submit], capture=False)
+    if started.returncode == 97:
+        raise RemoteError(
+            f"remote {remote.name}: the clone {folder} cannot check out the baseline {baseline[:12]} "
+            "(changed by hand there?); see git's words above"
+        )
+    if started.returncode == 98:
+        raise RemoteError(f"remote {remote.name}: the clone {folder} cannot take the origin {url}; see above")
     if started.returncode != 0:
         raise RemoteError(f"remote {remote.name}: snakedvc submit there failed (exit {started.returncode}); see above")
     _pending_file(root, remote).unlink(missing_ok=True)
