@@ -495,3 +495,14 @@ def test_a_lost_local_run_resumes_from_its_checkpoint_and_saves_its_experiment(r
     assert finished.returncode == 1 and f"run {run_id} has finished" in finished.stderr
     with pytest.raises(RunError, match="has finished"):
         resume(find_run(repo, run_id))
+
+
+def test_a_listing_cut_off_by_its_reader_ends_without_a_traceback(tmp_path: Path) -> None:
+    """`snakedvc runs | head` (here: a pipe closed before the listing): no Python traceback."""
+    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    listed = subprocess.run([*SNAKEDVC, "runs", "--json"], cwd=tmp_path, stdout=write_end, stderr=subprocess.PIPE,
+                            text=True, timeout=120)  # fmt: skip
+    os.close(write_end)
+    assert listed.returncode == 141 and "Traceback" not in listed.stderr, listed.stderr

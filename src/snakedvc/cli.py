@@ -886,6 +886,9 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:  # Ctrl-C or a cancel's SIGINT: what ran is said above; no traceback
         print(f"snakedvc {args.command}: stopped (interrupted)", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # `snakedvc runs | head`: the reader has what it wanted
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # Python's own flush at exit fails too
+        return 141
     except Exception as error:
         said = _one_line(error, args)
         if said is None:
