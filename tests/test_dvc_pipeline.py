@@ -899,9 +899,11 @@ def test_a_submitted_runs_live_line_shows_no_training_that_dvc_checked_out_befor
         shutil.rmtree(repo / made) if (repo / made).is_dir() else (repo / made).unlink()
     run_id = snakedvc(repo, "submit", "--name", "lr2", "--pull", "-S", "lr=0.2").stdout.strip()
     run = Run.load(repo / ".snakedvc/runs" / run_id)
-    wait_until((gate / "waiting").exists, "the run's one changed stage running", 300)
-    assert (run.workspace / "live/metrics.json").is_file()  # DVC pulled the earlier one
-    assert training_progress(run) == []
-    (gate / "go").touch()
+    try:
+        wait_until((gate / "waiting").exists, "the run's one changed stage running", 300)
+        assert (run.workspace / "live/metrics.json").is_file()  # DVC pulled the earlier one
+        assert training_progress(run) == []
+    finally:
+        (gate / "go").touch()  # the run ends, whatever was found
     ended = wait_until(lambda: ended_run(repo, run_id), f"run {run_id} to end", 300, poll=1)
     assert ended["state"] == "done", snakedvc(repo, "logs", run_id).stdout
