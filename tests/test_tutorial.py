@@ -310,7 +310,8 @@ def test_restore_names_what_it_changes_and_leaves_untracked_files_alone(tmp_path
     # checkout failed on it ("Did you mean `git checkout results/extra.txt.dvc`?"), the restore half done.
     (project / "results/extra.txt").write_text("data added later\n")
     dvc(project, "add", "results/extra.txt")
-    said = run(project, str(BIN / "snakedvc"), "restore", "low").stderr
+    restored = run(project, str(BIN / "snakedvc"), "restore", "low")
+    said = restored.stderr
     assert (project / "results/extra.txt.dvc").is_file()
     assert (project / "results/extra.txt").read_text() == "data added later\n"
     put_back = re.search(r"snakedvc restore: low put back its files: (.*)", said)
@@ -335,6 +336,10 @@ def test_restore_names_what_it_changes_and_leaves_untracked_files_alone(tmp_path
         == experiments(project)["low"]["metrics"]["results/metrics.json"]
     )
     plan = snakemake(project, "-n", "--profile", "profiles/local", "--config", "train={lr: 0.11}")
+    assert "Nothing to be done" in plan.stdout + plan.stderr, plan.stdout[-2000:]
+    # low ran with --config, which the config file lacks: restore names the config that plans nothing.
+    assert "with its own config, `--configfile results/params.yaml`, it plans nothing" in restored.stdout
+    plan = snakemake(project, "-n", "--profile", "profiles/local", "--configfile", "results/params.yaml")
     assert "Nothing to be done" in plan.stdout + plan.stderr, plan.stdout[-2000:]
     git(project, "stash", "pop", "-q")  # the edit comes back
     assert (project / "prepare.py").read_text() == PREPARE + "# tried something\n"

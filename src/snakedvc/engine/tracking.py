@@ -583,7 +583,10 @@ def restore(name: str, params_file: str = "results/params.yaml", root: Path | st
         )
     _touch_outputs(params_file, root)
     log.info("restored experiment %s; outputs marked up to date", name)
-    return "`snakemake -n` now plans only what differs from it"
+    return (
+        f"`snakemake -n` now plans only what your config differs from it in; with its own config, "
+        f"`--configfile {params_file}`, it plans nothing"
+    )
 
 
 def _sweep_trial(ref: str, top: str) -> tuple[str, str] | None:
