@@ -374,3 +374,58 @@ def test_a_save_still_in_progress_is_not_taken_for_a_pending_one(tmp_path: Path)
     finally:
         saver.communicate(b"")
     assert pending_save(tmp_path) == left  # its saver gone, the save is pending
+
+
+def test_a_cancel_while_the_run_saves_leaves_no_process_and_no_half_record(
+    project: Path, request: pytest.FixtureRequest
+) -> None:
+    """`snakedvc cancel` in the last phase of a run, its save (held here on git's index lock):
+    the controller and its processes stop, `runs` says cancelled, and the record is whole or
+    absent: no experiment half-saved, no save left pending to be done by a later run (a cancel
+    means no experiment), and the next run saves its own (issue 51: a cancel in every phase)."""
+    import json
+    import sys
+
+    from tests.test_stop_group import alive
+    from tests.waiting import wait_until
+
+    submitted = subprocess.run(
+        [sys.executable, "-m", "snakedvc", "submit", *profile("local", request), "--name", "stopped", "--",
+         "--config", "train={lr: 0.05}"],
+        cwd=project, capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    run_id = submitted.stdout.strip()
+    run_dir = project / ".snakedvc/runs" / run_id
+    workspace = run_dir / "workspace"
+    lock = workspace / git(workspace, "rev-parse", "--git-path", "index.lock").strip()
+    lock.write_text("")  # the save waits on it
+    wait_until((workspace / ".snakedvc/pending-save.json").is_file, "the run's save to begin", 120, poll=0.2)
+    pid = json.loads((run_dir / "run.json").read_text())["controller_pid"]
+    cancelled = subprocess.run([sys.executable, "-m", "snakedvc", "cancel", run_id], cwd=project,
+                               capture_output=True, text=True, timeout=300)  # fmt: skip
+    lock.unlink()
+    assert cancelled.returncode == 0 and "cancelled run" in cancelled.stdout, said(cancelled)
+    listed = json.loads(subprocess.run([sys.executable, "-m", "snakedvc", "runs", "--json"], cwd=project,
+                                       capture_output=True, text=True, check=True).stdout)  # fmt: skip
+    assert [r["state"] for r in listed if r["id"] == run_id] == ["cancelled"]
+    assert not alive(pid)
+    assert not processes_in(workspace)
+    assert experiments(project) == {"first": 0.01}
+    run_snakemake(project, *run_named("after", lr=0.03))
+    assert experiments(project) == {"first": 0.01, "after": 0.03}
+
+
+def processes_in(folder: Path) -> list[str]:
+    """Live processes working in ``folder`` (their cwd under it), as 'pid command'."""
+    found = []
+    for proc in Path("/proc").glob("[0-9]*"):
+        try:
+            if (
+                Path(os.readlink(proc / "cwd")).is_relative_to(folder)
+                and (proc / "stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+            ):
+                command = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+                found.append(f"{proc.name} {command[:200]}")
+        except OSError:
+            continue
+    return found
