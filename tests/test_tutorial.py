@@ -303,6 +303,11 @@ def test_restore_names_what_it_changes_and_leaves_untracked_files_alone(tmp_path
                   f"snakedvc={{experiment: {{name: {name}}}}}")  # fmt: skip
     data = (project / "results/data.npz").read_bytes()
     (project / "notes.txt").write_text("mine\n")
+    # A file committed after the experiments (as a sweep's config): apply removed it, and a later
+    # `git add -A` committed its deletion (issue 50's trial); restore keeps it and says so.
+    (project / "later.yaml").write_text("added: after\n")
+    git(project, "add", "later.yaml")
+    git(project, "commit", "-q", "-m", "a file added after the experiments")
     # An edit not committed: apply would put back the experiment's prepare.py and lose the edit;
     # restore keeps it in git's stash and says so.
     (project / "prepare.py").write_text(PREPARE + "# tried something\n")
@@ -331,6 +336,9 @@ def test_restore_names_what_it_changes_and_leaves_untracked_files_alone(tmp_path
     assert "left as they were: your untracked files" in said and "results/data.npz" in said
     assert (project / "results/data.npz").read_bytes() == data
     assert (project / "notes.txt").read_text() == "mine\n"
+    assert (project / "later.yaml").read_text() == "added: after\n"
+    assert "kept your committed files that low has none of (added since): later.yaml" in said, said
+    assert "removed those" not in said, said
     assert (
         json.loads((project / "results/metrics.json").read_text())
         == experiments(project)["low"]["metrics"]["results/metrics.json"]

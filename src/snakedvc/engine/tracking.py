@@ -549,8 +549,9 @@ def restore(name: str, params_file: str = "results/params.yaml", root: Path | st
     if ref is None:
         raise TrackingError(f"no experiment named {name!r} (dvc exp show -A lists them)")
     top = _git(root, "rev-parse", "--show-toplevel")
+    params_record = os.path.relpath(Path(root).resolve() / params_file, top)
     with repo_lock(root):
-        stashed = _stash_edits(name, top, os.path.relpath(Path(root).resolve() / params_file, top))
+        stashed = _stash_edits(name, top, params_record)
         differing = _differing_from(ref, top)
         before = _contents(differing, top)
         targets = _pointers_held(ref, [p for p in differing if p.endswith(".dvc") and not p.startswith(".dvc/")], top)
@@ -563,7 +564,10 @@ def restore(name: str, params_file: str = "results/params.yaml", root: Path | st
         say_restore(f"your uncommitted edits of {', '.join(stashed)} are kept in git's stash (`git stash list`; "
                     "`git stash pop` brings them back)")  # fmt: skip
     say_restore(f"{name} put back its files: {', '.join(p for p in changed if p in after) or 'none changed'}")
-    if removed := [p for p in changed if p not in after]:
+    removed = [p for p in changed if p not in after]
+    if kept_committed := _keep_committed(removed, top, params_record):
+        say_restore(f"kept your committed files that {name} has none of (added since): {', '.join(kept_committed)}")
+    if removed := [p for p in removed if p not in kept_committed]:
         say_restore(f"and removed those it has none of: {', '.join(removed)}")
     outputs = [t.removesuffix(".dvc") for t in targets if t in changed]
     if outputs:
@@ -623,18 +627,35 @@ with Repo(sys.argv[1]) as repo:
 """
 
 
+# Files that runs write beside your code: .dvc pointers, DVC's .gitignore files, dvc.lock.
+RUN_WRITTEN = (".dvc", ".gitignore", "dvc.lock")
+
+
 def _stash_edits(name: str, top: str, params_record: str) -> list[str]:
     """The user's uncommitted edits of tracked files (code, config), which apply would overwrite,
     put in git's stash, named, before it: not the files runs write (.dvc pointers, DVC's
     .gitignore files, dvc.lock, ``params_record``: the run's params, from the top of git). The
     files stashed."""
-    written = (".dvc", ".gitignore", "dvc.lock")
     edited = [p for p in _git(top, "diff", "--name-only", "-z", "HEAD").split("\0")
-              if p and not p.endswith(written) and p != params_record]  # fmt: skip
+              if p and not p.endswith(RUN_WRITTEN) and p != params_record]  # fmt: skip
     if edited:
         message = f"snakedvc restore {name}: your uncommitted edits before it"
         _git(top, "--literal-pathspecs", "stash", "push", "-q", "-m", message, "--", *edited)
     return edited
+
+
+def _keep_committed(removed: Sequence[str], top: str, params_record: str) -> list[str]:
+    """Of the files apply removed, those your last commit has (code, a sweep's config added after
+    the experiment), put back from it: a restore brings an experiment's files back and deletes
+    none of your committed work. Not the files runs write (as _stash_edits). Those put back."""
+    mine = [p for p in removed if not p.endswith(RUN_WRITTEN) and p != params_record]
+    if not mine:
+        return []
+    held = set(_git(top, "--literal-pathspecs", "ls-tree", "-r", "-z", "--name-only", "HEAD", "--", *mine).split("\0"))
+    kept = [p for p in mine if p in held]
+    if kept:
+        _git(top, "--literal-pathspecs", "checkout", "HEAD", "--", *kept)
+    return kept
 
 
 def _differing_from(ref: str, top: str) -> list[str]:
