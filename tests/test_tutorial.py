@@ -334,6 +334,9 @@ def test_restore_names_what_it_changes_and_leaves_untracked_files_alone(tmp_path
     assert "your uncommitted edits of prepare.py are kept in git's stash" in said, said
     assert "and the outputs they record: results/model.pt" in said
     assert "left as they were: your untracked files" in said and "results/data.npz" in said
+    # Each named, a folder of many (the runs' logs) as one entry: a user's file was lost among 113.
+    assert re.search(r"left as they were: your untracked files that low holds no version of \(.*notes\.txt.*"
+                     r"logs/ \(\d+ files\)", said), said  # fmt: skip
     assert (project / "results/data.npz").read_bytes() == data
     assert (project / "notes.txt").read_text() == "mine\n"
     assert (project / "later.yaml").read_text() == "added: after\n"

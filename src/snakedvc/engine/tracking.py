@@ -573,8 +573,7 @@ def restore(name: str, params_file: str = "results/params.yaml", root: Path | st
     if outputs:
         say_restore(f"and the outputs they record: {', '.join(outputs)}")
     if kept:
-        shown = ", ".join(kept[:8]) + (f" and {len(kept) - 8} more" if len(kept) > 8 else "")
-        say_restore(f"left as they were: your untracked files that {name} holds no version of ({shown})")
+        say_restore(f"left as they were: your untracked files that {name} holds no version of ({_summary(kept)})")
     if trial := _sweep_trial(ref, top):
         # Older than any input: the next run remakes the plain outputs apply changed.
         for output in outputs:
@@ -591,6 +590,19 @@ def restore(name: str, params_file: str = "results/params.yaml", root: Path | st
         f"`snakemake -n` now plans only what your config differs from it in; with its own config, "
         f"`--configfile {params_file}`, it plans nothing"
     )
+
+
+def _summary(paths: Sequence[str], each: int = 3) -> str:
+    """Paths by name, but a top folder holding more than ``each`` of them as one entry
+    ("logs/ (61 files)"): a user's notes stay in sight beside the logs of many runs."""
+    by_folder: dict[str, list[str]] = {}
+    for path in paths:
+        by_folder.setdefault(path.split("/", 1)[0] if "/" in path else "", []).append(path)
+    named = [p for folder, inside in by_folder.items() if not folder or len(inside) <= each for p in inside]
+    folders = [
+        f"{folder}/ ({len(inside)} files)" for folder, inside in by_folder.items() if folder and len(inside) > each
+    ]
+    return ", ".join(sorted(named) + sorted(folders))
 
 
 def _sweep_trial(ref: str, top: str) -> tuple[str, str] | None:
