@@ -546,7 +546,8 @@ def render(report: Report) -> str:
     none = "<p>(none: the sweep's trials are drawn above)</p>" if report.sweep else "<p>(none)</p>"
     parts += [figure(png, "image/png", f"dvclive: {caption}") for caption, png in report.curves] or [none]
     parts.append('<h2 id="plots">Plots</h2>')
-    parts += [figure(data, mime, name) for name, mime, data in report.images] or ["<p>(none)</p>"]
+    no_plots = "<p>(none: no image among the plots dvc.yaml names, e.g. a parity plot your evaluation writes)</p>"
+    parts += [figure(data, mime, name) for name, mime, data in report.images] or [no_plots]
     parts.append('<h2 id="dag">Job DAG</h2>')
     parts.append(
         (
