@@ -112,6 +112,8 @@ def test_a_dvc_pipeline_submitted_from_a_laptop_runs_on_the_cluster_and_comes_ho
     (project / "params.yaml").write_text("n: 1\nlr: 0.1\n# tried on the cluster\n")
     submitted = run(project, laptop, *kit, "submit", "--remote", "hpc", "-S", "lr=0.5", "--name", "from-laptop")
     assert "you may disconnect" in submitted.stderr, submitted.stderr
+    # The hints the laptop's terminal shows are the laptop's commands (the cluster's said `logs -f ID`).
+    assert "`snakedvc logs -f" not in submitted.stderr and "`snakedvc logs --remote hpc -f" in submitted.stderr
 
     def listed() -> list[dict]:
         return json.loads(run(project, laptop, *kit, "runs", "--remote", "hpc", "--json").stdout)

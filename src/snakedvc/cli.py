@@ -302,6 +302,9 @@ def cmd_submit(args: argparse.Namespace) -> None:
         return
     where = f"SLURM job {run.controller_jobs[-1]}" if run.slurm else f"process {run.controller_pid}"
     print(run.id)
+    if getattr(args, "push", False):  # sent from a laptop, whose terminal shows this: the laptop names its own commands
+        print(f"submitted run {run.id} ({run.name}): controller {where}", file=sys.stderr)
+        return
     print(f"submitted run {run.id} ({run.name}): controller {where}; `snakedvc logs -f {run.id}` follows it",
           file=sys.stderr)  # fmt: skip
 
