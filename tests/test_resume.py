@@ -394,3 +394,48 @@ def test_n_processes_without_a_process_group_are_told_what_to_add(tmp_path: Path
     resume = Resumable({"lr": 0.1}, root=tmp_path / "checkpoints", stop=StopRequest(signals=()), ctx=ctx)
     with pytest.raises(NoProcessGroup, match=r"rank 1 of 2 .* has no process group: .*DistributedDataParallel"):
         next(resume.epochs(3, nn.Linear(2, 1)))
+
+
+EDITABLE_SCRIPT = """\
+import os, signal, sys
+import torch
+from torch import nn
+from snakedvc.torch import Resumable
+
+kill_at = int(sys.argv[1])
+torch.manual_seed(0)
+model = nn.Linear(4, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+resume = Resumable({"epochs": 4}, root="ckpt")
+done = 0
+for epoch in resume.epochs(4, model, optimizer):
+    for _, step in resume.steps(range(5), epoch):
+        if done == kill_at:
+            os.kill(os.getpid(), signal.SIGTERM)
+        done += 1
+        loss = model(torch.ones(2, 4)).pow(2).mean()
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+resume.finish()
+"""
+
+
+def test_a_checkpoint_of_other_code_is_never_resumed(tmp_path: Path) -> None:
+    """The script edited after a SIGTERM: its rerun starts anew, as the code is part of the run's
+    key (issue 50's trial: an edited, committed train.py resumed from its old self's checkpoint,
+    and the experiment held epochs of both). The same code resumes."""
+    script = tmp_path / "train.py"
+    script.write_text(EDITABLE_SCRIPT)
+
+    def train(kill_at: int) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, str(script), str(kill_at)], cwd=tmp_path, capture_output=True,
+                              text=True, timeout=300)  # fmt: skip
+
+    assert train(7).returncode == EXIT_CHECKPOINTED
+    again = train(-1)
+    assert again.returncode == 0 and "resumed from epoch 2 step 3" in again.stderr, again.stderr
+    assert train(7).returncode == EXIT_CHECKPOINTED
+    script.write_text(EDITABLE_SCRIPT.replace("lr=0.1", "lr=0.05"))
+    edited = train(-1)
+    assert edited.returncode == 0 and "resumed from" not in edited.stderr, edited.stderr

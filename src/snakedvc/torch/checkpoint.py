@@ -40,13 +40,17 @@ FORMAT_VERSION = 1
 _NAME = re.compile(r"^ckpt-e(\d+)-s(\d+)\.pt$")
 
 
-def run_key(config: Any, inputs: Sequence[str | Path]) -> str:
-    """Identity of a training run: its params (JSON-able; paths as strings) and the bytes of its inputs.
+def run_key(config: Any, inputs: Sequence[str | Path], code: Sequence[Path] = ()) -> str:
+    """Identity of a training run: its params (JSON-able; paths as strings), the bytes of its inputs
+    and of its ``code`` (see code_files).
 
     An input is a file or a folder (a folder of shards): a folder gives every file under it, in the
     order of their paths, each path (relative to the folder) with its bytes, so a renamed, added or
     removed shard is another run too."""
     digest = hashlib.sha256(json.dumps(config, sort_keys=True, default=str).encode())
+    for file in code:
+        digest.update(b"code\0" + file.name.encode() + b"\0")
+        _update(digest, file)
     for path in map(Path, inputs):
         if path.is_dir():
             for file in sorted(f for f in path.rglob("*") if f.is_file()):
@@ -60,6 +64,28 @@ def run_key(config: Any, inputs: Sequence[str | Path]) -> str:
                 "the training reads, to tell one run's checkpoints from another's)"
             )
     return digest.hexdigest()[:20]
+
+
+def code_files(project: Path | None = None) -> list[Path]:
+    """The training's own Python code, as loaded so far: the script (``__main__``) and the modules
+    imported from the project's folder (``project``, default the working directory), not installed
+    packages nor the kit. A checkpoint of other code is never resumed: its epochs were not this
+    code's (an edited train.py resumed from its old self, and the experiment mixed both)."""
+    import sys
+
+    root = (project or Path.cwd()).resolve()
+    found = set()
+    for name, module in list(sys.modules.items()):
+        file = getattr(module, "__file__", None)
+        # (Some extension modules name a file that is not there, relative: torch._classes.)
+        if not file or not Path(file).is_absolute() or name == "snakedvc" or name.startswith("snakedvc."):
+            continue
+        path = Path(file).resolve()
+        installed = {"site-packages", "dist-packages"} & set(path.parts)
+        mine = name == "__main__" or (path.is_relative_to(root) and not installed)
+        if path.suffix == ".py" and mine and path.is_file():
+            found.add(path)
+    return sorted(found)
 
 
 def _update(digest: Any, path: Path) -> None:

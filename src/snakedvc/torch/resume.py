@@ -4,7 +4,7 @@ A plain ``train.py`` adopts it in a few lines::
 
     from snakedvc.torch import Resumable
 
-    resume = Resumable(vars(args), inputs=[args.data])    # keyed by params + input bytes; SIGTERM/SIGINT handler
+    resume = Resumable(vars(args), inputs=[args.data])    # keyed by params + input bytes + code; SIGTERM/SIGINT handler
     for epoch in resume.epochs(args.epochs, model, optimizer):   # 1..N, from the newest checkpoint
         for step, batch in resume.steps(batches(epoch), epoch):
             ...                                           # one optimizer step
@@ -49,6 +49,7 @@ from snakedvc.live import EpochLog
 from snakedvc.torch.checkpoint import (
     CheckpointStore,
     StopRequest,
+    code_files,
     load_state,
     rng_state,
     run_key,
@@ -93,8 +94,9 @@ class Start:
 class Resumable:
     """Checkpoints, stop and resume for one training run; every rank makes one and calls it alike.
 
-    ``key`` (JSON-able params) and the bytes of ``inputs`` name the run's checkpoint folder under
-    ``root``, so a checkpoint of other params or other data is never used. ``continue_from`` (a
+    ``key`` (JSON-able params), the bytes of ``inputs`` and the training's own code (the script and
+    the project's modules it imported: checkpoint.code_files; ``code=False`` leaves it out) name the
+    run's checkpoint folder under ``root``, so a checkpoint of other params, data or code is never used. ``continue_from`` (a
     path, or a state already loaded) is where to start when there is no checkpoint: the final
     state of an earlier, shorter run of the same trial; ``final_state`` is where ``finish`` writes
     the state at the end. Left out, both come from ``snakedvc launch --continue-from/--final-state``
@@ -118,6 +120,7 @@ class Resumable:
         stop: Stop | None = None,
         ctx: DistContext | None = None,
         lease_wait_s: float = DEFAULT_LEASE_WAIT_S,
+        code: bool = True,
     ) -> None:
         self.ctx = ctx or detect()
         if continue_from is None:
@@ -136,7 +139,8 @@ class Resumable:
             # Read now, so a bad file fails before training; its bytes are part of the run's identity.
             self.continue_from = load_state(continue_from)
             inputs = [*inputs, continue_from]
-        self.store = CheckpointStore(root, run_key(key, inputs), keep) if root is not None else None
+        code_read = code_files() if code else []
+        self.store = CheckpointStore(root, run_key(key, inputs, code_read), keep) if root is not None else None
         self.stop: Stop = stop if stop is not None else StopRequest()
         self._model: nn.Module | None = None
         self._optimizer: Optimizer | None = None
