@@ -149,6 +149,10 @@ def test_a_message_and_a_bad_set_param_are_as_dvcs(tmp_path: Path) -> None:
     queued = snakedvc(kit, "exp", "run", "--temp", check=False)
     assert queued.returncode == 255 and "--temp" in queued.stderr and "snakedvc submit" in queued.stderr
     assert (kit / "params.yaml").read_text() == "n: 1\n"
+    # -v: DVC's and the kit's debug lines, not dulwich's line per git config file read (a detached
+    # run's log, which is -v, was more than half of them: issue 51's trial).
+    verbose = snakedvc(kit, "exp", "run", "-v", "-S", "n=2", "-n", "loud")
+    assert "dulwich" not in verbose.stderr + verbose.stdout and "DEBUG" in verbose.stderr + verbose.stdout
 
 
 def test_an_unknown_target_is_dvcs_one_line(tmp_path: Path) -> None:

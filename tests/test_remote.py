@@ -133,6 +133,14 @@ def test_a_dvc_pipeline_submitted_from_a_laptop_runs_on_the_cluster_and_comes_ho
     run(project, laptop, str(BIN / "dvc"), "exp", "apply", "from-laptop")
     assert (project / "model.txt").read_bytes() == (direct / "model.txt").read_bytes() == b"1\n0.5\n"
 
+    # A name this laptop's experiments have (here pulled) is refused here, before any trip.
+    pushes = git(tmp_path / "cluster" / "runs" / "solubility", "for-each-ref", "refs/snakedvc/incoming")
+    taken = run(project, laptop, *kit, "exp", "run", "--remote", "hpc", "-S", "lr=0.6", "-n", "from-laptop",
+                check=False)  # fmt: skip
+    assert taken.returncode == 255 and "experiment 'from-laptop' exists already" in taken.stderr, taken.stderr
+    assert "(checked here; nothing was sent to remote hpc)" in taken.stderr and "--replace" in taken.stderr
+    assert git(tmp_path / "cluster" / "runs" / "solubility", "for-each-ref", "refs/snakedvc/incoming") == pushes
+
     # `exp run --remote`: the same trip, in dvc exp run's words.
     run(project, laptop, *kit, "exp", "run", "--remote", "hpc", "-S", "lr=0.7", "-n", "second")
     wait_until(lambda: all(r["state"] in ("done", "failed") for r in listed()), timeout=300, what="the second run")
@@ -187,7 +195,7 @@ def test_a_wrong_host_key_a_failed_login_or_a_path_outside_the_root_is_named_and
     # Without --profile, the cluster's: slurm where it has sbatch (one trip with the version check).
     added = run(project, laptop, *kit, "remote", "add", "hpc", url, "--snakedvc", str(BIN / "snakedvc"))
     found = "profile slurm (the cluster has sbatch)" if shutil.which("sbatch") else "profile local (no sbatch there)"
-    assert found in added.stdout and "the kit there: 0." in added.stdout, added.stdout
+    assert found in added.stdout and f"(the kit there: {BIN / 'snakedvc'}, version 0." in added.stdout, added.stdout
     assert run(project, laptop, *kit, "remote", "list").stdout.split()[-1] == found.split()[1]
     outside = run(project, laptop, *kit, "remote", "add", "up", "ssh://cluster/tmp/../etc", check=False)
     assert outside.returncode == 1 and "without '..'" in outside.stderr, outside.stderr

@@ -298,7 +298,8 @@ def cmd_submit(args: argparse.Namespace) -> None:
     )  # fmt: skip
     if args.queued:
         print(run.id)
-        print(f"Queued experiment '{run.name}' for future execution (run {run.id})", file=sys.stderr)
+        if not getattr(args, "push", False):  # sent from a laptop: the laptop says it
+            print(f"Queued experiment '{run.name}' for future execution (run {run.id})", file=sys.stderr)
         return
     where = f"SLURM job {run.controller_jobs[-1]}" if run.slurm else f"process {run.controller_pid}"
     print(run.id)
@@ -338,6 +339,7 @@ def _submit_remote(args: argparse.Namespace, snakemake_args: list[str]) -> None:
         for value in values:
             forwarded += [flag, value]
     pipeline = is_dvc_pipeline(root, snakemake_args)
+    _check_name_before_sending(args, root, remote.name)
     if pipeline:
         _check_before_sending(args, root, remote.name)
     # The cluster's clone has the code, not the data: a dvc.yaml run pulls what it needs from the DVC remote.
@@ -353,6 +355,21 @@ def _submit_remote(args: argparse.Namespace, snakemake_args: list[str]) -> None:
     print(f"submitted run {run_id} on remote {remote.name} (profile {profile}); you may disconnect. `snakedvc logs --remote {remote.name} "
           f"-f {run_id}` follows it; `snakedvc pull --remote {remote.name}` brings its experiment here",
           file=sys.stderr)  # fmt: skip
+
+
+def _check_name_before_sending(args: argparse.Namespace, root: Path, remote: str) -> None:
+    """The run's name against this laptop's experiments (pulled ones too) and its runs, before any
+    trip; the cluster checks its own in the submit's trip."""
+    from snakedvc.engine.names import NameTaken, check_name_is_free
+    from snakedvc.engine.remote import RemoteError
+
+    if not args.name:
+        return
+    how = f"replace it on purpose with snakedvc submit --remote {remote} --replace"
+    try:
+        check_name_is_free(args.name, root, args.replace, how=how)
+    except NameTaken as error:
+        raise RemoteError(f"{error} (checked here; nothing was sent to remote {remote})") from None
 
 
 def _check_before_sending(args: argparse.Namespace, root: Path, remote: str) -> None:
@@ -391,7 +408,7 @@ def cmd_remote(args: argparse.Namespace) -> None:
         found, said = "local", ""
         if not args.no_check:  # checked before anything is kept: a remote that fails them is not added
             found, version = probe(Remote(args.name, args.url, args.snakedvc))
-            said = f"; the kit there: {version}"
+            said = f", version {version}"
             if not args.profile:
                 said += f"; profile {found} ({'the cluster has sbatch' if found == 'slurm' else 'no sbatch there'})"
         remote = add_remote(root, args.name, args.url, args.snakedvc, args.profile or found)
@@ -839,6 +856,10 @@ def _exp_run_logging(quiet: bool, verbose: bool) -> None:
         handler.addFilter(_not_printed_by_dvc)
     if verbose:
         root.setLevel(logging.DEBUG)
+        # Not their debug lines, which `dvc exp run -v` does not show either: dulwich logs each git
+        # config file it reads (271 of a remote run's 434 log lines), fsspec each memory file.
+        for chatty in ("dulwich", "fsspec"):
+            logging.getLogger(chatty).setLevel(logging.INFO)
         return
     root.setLevel(logging.ERROR if quiet else logging.WARNING)
     for handler in root.handlers:
