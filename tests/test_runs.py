@@ -506,3 +506,22 @@ def test_a_listing_cut_off_by_its_reader_ends_without_a_traceback(tmp_path: Path
                             text=True, timeout=120)  # fmt: skip
     os.close(write_end)
     assert listed.returncode == 141 and "Traceback" not in listed.stderr, listed.stderr
+
+
+def test_a_run_whose_first_step_has_not_ended_counts_its_planned_jobs(tmp_path: Path) -> None:
+    """JOBS in `snakedvc runs` read '-' until a first step ended (issue 50's trial): Snakemake's job
+    stats give the total first; a controller started again (resume) counts from its own table."""
+    from types import SimpleNamespace
+
+    from snakedvc.engine.runs.state import progress
+
+    log = tmp_path / "controller.log"
+    stats = "Job stats:\njob      count\n-----  -------\nfit          1\nall          1\ntotal        2\n"
+    log.write_text("Building DAG of jobs...\n" + stats + "rule fit:\n")
+    assert progress(SimpleNamespace(log=log)) == (0, 2)
+    log.write_text(log.read_text() + "Finished jobid: 1 (Rule: fit)\n1 of 2 steps (50%) done\n")
+    assert progress(SimpleNamespace(log=log)) == (1, 2)
+    log.write_text(
+        log.read_text() + "[snakedvc controller] attempt 2\n" + stats.replace("total        2", "total        1")
+    )
+    assert progress(SimpleNamespace(log=log)) == (0, 1)

@@ -18,6 +18,8 @@ from snakedvc.slurm import SlurmUnavailable
 
 # --- watching -------------------------------------------------------------------------------
 _PROGRESS = re.compile(r"(\d+) of (\d+) steps \(")
+# The last row of Snakemake's "Job stats:" table, printed before the first job: "total   3".
+_PLANNED = re.compile(r"^total\s+(\d+)$", re.MULTILINE)
 # Snakemake's SLURM executor: "Job 3 has been submitted with SLURM jobid 1234 (log: .../rule_<name>/<wildcards>/1234.log)."
 _SUBMITTED = re.compile(r"submitted with SLURM jobid (\d+)(?: \(log: ([^)]*)\))?")
 
@@ -109,10 +111,14 @@ def state_and_why(run: Run) -> tuple[str, str]:
 
 
 def progress(run: Run) -> tuple[int, int] | None:
-    """(steps done, steps total) from Snakemake's last progress line in the controller log."""
+    """(steps done, steps total) from Snakemake's last progress line in the controller log, or its
+    job stats' total (0 done) where that came after it: a run whose first step has not ended."""
     text = _read(run.log)
-    found = _PROGRESS.findall(text)
-    return (int(found[-1][0]), int(found[-1][1])) if found else None
+    found = list(_PROGRESS.finditer(text))
+    planned = list(_PLANNED.finditer(text))
+    if planned and (not found or planned[-1].start() > found[-1].start()):
+        return 0, int(planned[-1][1])
+    return (int(found[-1][1]), int(found[-1][2])) if found else None
 
 
 def slurm_jobs(run: Run) -> list[str]:
