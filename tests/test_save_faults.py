@@ -188,6 +188,25 @@ def test_an_unreachable_dvc_remote_keeps_the_saved_experiment_and_says_how_to_pu
     assert os.listdir(gone)  # the data reached the remote
 
 
+def submit_held_in_its_save(project: Path, profile_args: list[str], name: str, *config: str) -> tuple[str, Path]:
+    """A detached run (lr 0.05) whose save has begun and waits on git's index lock: (run id, the lock)."""
+    import sys
+
+    from tests.waiting import wait_until
+
+    submitted = subprocess.run(
+        [sys.executable, "-m", "snakedvc", "submit", *profile_args, "--name", name, "--",
+         "--config", "train={lr: 0.05}", *config],
+        cwd=project, capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    run_id = submitted.stdout.strip()
+    workspace = project / ".snakedvc/runs" / run_id / "workspace"
+    lock = workspace / git(workspace, "rev-parse", "--git-path", "index.lock").strip()
+    lock.write_text("")
+    wait_until((workspace / ".snakedvc/pending-save.json").is_file, "the run's save to begin", 120, poll=0.2)
+    return run_id, lock
+
+
 @ON_SLURM_TOO
 def test_the_controller_killed_while_saving_then_resumed(
     project: Path, where: str, request: pytest.FixtureRequest
@@ -202,18 +221,10 @@ def test_the_controller_killed_while_saving_then_resumed(
 
     from tests.waiting import text_of, wait_until
 
-    submitted = subprocess.run(
-        [sys.executable, "-m", "snakedvc", "submit", *profile(where, request), "--name", "lost", "--",
-         "--config", "train={lr: 0.05}", "pause=4"],
-        cwd=project, capture_output=True, text=True, check=True,
-    )  # fmt: skip
-    run_id = submitted.stdout.strip()
+    # The controller is killed in the middle of the save, which waits on git's index lock.
+    run_id, lock = submit_held_in_its_save(project, profile(where, request), "lost", "pause=4")
     run_dir = project / ".snakedvc/runs" / run_id
-    workspace = run_dir / "workspace"
-    lock = workspace / git(workspace, "rev-parse", "--git-path", "index.lock").strip()
-    lock.write_text("")  # the save will wait on it: the controller is killed in the middle of the save
-    pending = workspace / ".snakedvc/pending-save.json"
-    wait_until(pending.is_file, "the run's save to begin", 120, poll=0.2)
+    pending = run_dir / "workspace/.snakedvc/pending-save.json"
     record = json.loads((run_dir / "run.json").read_text())
     if where == "slurm":
         (job,) = record["controller_jobs"]
@@ -387,19 +398,10 @@ def test_a_cancel_while_the_run_saves_leaves_no_process_and_no_half_record(
     import sys
 
     from tests.test_stop_group import alive
-    from tests.waiting import wait_until
 
-    submitted = subprocess.run(
-        [sys.executable, "-m", "snakedvc", "submit", *profile("local", request), "--name", "stopped", "--",
-         "--config", "train={lr: 0.05}"],
-        cwd=project, capture_output=True, text=True, check=True,
-    )  # fmt: skip
-    run_id = submitted.stdout.strip()
+    run_id, lock = submit_held_in_its_save(project, profile("local", request), "stopped")
     run_dir = project / ".snakedvc/runs" / run_id
     workspace = run_dir / "workspace"
-    lock = workspace / git(workspace, "rev-parse", "--git-path", "index.lock").strip()
-    lock.write_text("")  # the save waits on it
-    wait_until((workspace / ".snakedvc/pending-save.json").is_file, "the run's save to begin", 120, poll=0.2)
     pid = json.loads((run_dir / "run.json").read_text())["controller_pid"]
     cancelled = subprocess.run([sys.executable, "-m", "snakedvc", "cancel", run_id], cwd=project,
                                capture_output=True, text=True, timeout=300)  # fmt: skip
