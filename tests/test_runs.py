@@ -521,6 +521,8 @@ def test_a_run_whose_first_step_has_not_ended_counts_its_planned_jobs(tmp_path: 
     assert progress(SimpleNamespace(log=log)) == (0, 2)
     log.write_text(log.read_text() + "Finished jobid: 1 (Rule: fit)\n1 of 2 steps (50%) done\n")
     assert progress(SimpleNamespace(log=log)) == (1, 2)
+    log.write_text(log.read_text() + "total 12\n")  # a stage's `ls -l`, not Snakemake's table
+    assert progress(SimpleNamespace(log=log)) == (1, 2)
     log.write_text(
         log.read_text() + "[snakedvc controller] attempt 2\n" + stats.replace("total        2", "total        1")
     )

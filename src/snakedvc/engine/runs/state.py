@@ -18,8 +18,9 @@ from snakedvc.slurm import SlurmUnavailable
 
 # --- watching -------------------------------------------------------------------------------
 _PROGRESS = re.compile(r"(\d+) of (\d+) steps \(")
-# The last row of Snakemake's "Job stats:" table, printed before the first job: "total   3".
-_PLANNED = re.compile(r"^total\s+(\d+)$", re.MULTILINE)
+# The last row of Snakemake's "Job stats:" table, printed before the first job: "total   3" (in
+# that table only: a stage's `ls -l` prints "total 12" too).
+_PLANNED = re.compile(r"^Job stats:\n(?:[^\n]*\n)*?total\s+(\d+)$", re.MULTILINE)
 # Snakemake's SLURM executor: "Job 3 has been submitted with SLURM jobid 1234 (log: .../rule_<name>/<wildcards>/1234.log)."
 _SUBMITTED = re.compile(r"submitted with SLURM jobid (\d+)(?: \(log: ([^)]*)\))?")
 
