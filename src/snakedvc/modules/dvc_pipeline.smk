@@ -11,6 +11,7 @@
 # never by the stages' outputs: DVC alone decides what is up to date.
 from snakedvc.engine.dvcpipeline import Plan, stage_run_options
 from snakedvc.engine.env import python_module
+from snakedvc.engine.scheduler_exit import end_pending_scheduler_wakeups
 
 # The kit by this interpreter's path, leaving PATH as the user has it: a stage's `python` is the
 # one first on the user's PATH, as under `dvc exp run` (a project's own venv, not the kit's).
@@ -22,6 +23,15 @@ rule all:
     input:
         [PLAN.ran(name) for name in PLAN.run],
     default_target: True
+
+
+# The run ends when its last stage has, not up to a second later (snakedvc.engine.scheduler_exit).
+onsuccess:
+    end_pending_scheduler_wakeups()
+
+
+onerror:
+    end_pending_scheduler_wakeups()
 
 
 for stage in PLAN.stages:

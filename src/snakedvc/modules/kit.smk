@@ -17,6 +17,7 @@ import snakedvc
 
 
 from snakedvc.errors import config_error_ends_run
+from snakedvc.engine.scheduler_exit import end_pending_scheduler_wakeups
 
 
 try:
@@ -53,12 +54,15 @@ onstart:
 
 
 onsuccess:
+    end_pending_scheduler_wakeups()
     snakedvc.finish_run(config, workflow)
 
 
 # A run that did not finish (a job failed, a stop) ends with the kit's line too, as every run does.
 onerror:
     from snakedvc.engine.finish import say as kit_say
+
+    end_pending_scheduler_wakeups()
 
     kit_say(
         "no experiment saved: the run did not finish (a job failed, or the run was stopped: Snakemake's lines "
