@@ -907,3 +907,30 @@ def test_a_submitted_runs_live_line_shows_no_training_that_dvc_checked_out_befor
         (gate / "go").touch()  # the run ends, whatever was found
     ended = wait_until(lambda: ended_run(repo, run_id), f"run {run_id} to end", 300, poll=1)
     assert ended["state"] == "done", snakedvc(repo, "logs", run_id).stdout
+
+
+SUBFOLDER_STAGE = """\
+stages:
+  copy-file:
+    cmd: cp params.yaml metrics.yaml
+    params: [foo]
+    metrics:
+      - metrics.yaml:
+          cache: false
+"""
+
+
+def test_exp_run_in_a_subfolder_reads_targets_and_params_there_as_dvc_does(tmp_path: Path) -> None:
+    """From a subfolder, DVC reads a stage name, a dvc.yaml path and -S's params file there; the kit
+    put its folders there and read them at the root (DVC's own test_subdir found it)."""
+    origin = dvc_project(tmp_path / "origin", {"dir/dvc.yaml": SUBFOLDER_STAGE, "dir/params.yaml": "foo: 1\n"})
+    by_dvc, by_kit = clone(origin, "by-dvc"), clone(origin, "by-kit")
+    for value, target in (("2", []), ("3", ["dvc.yaml"]), ("4", ["copy-file"])):
+        dvc(by_dvc / "dir", "exp", "run", *target, "-S", f"foo={value}", "-n", f"foo{value}")
+        snakedvc(by_kit / "dir", "exp", "run", *target, "-S", f"foo={value}", "-n", f"foo{value}")
+        assert (by_kit / "dir/metrics.yaml").read_text() == (by_dvc / "dir/metrics.yaml").read_text()
+        assert experiment(by_kit, f"foo{value}") == experiment(by_dvc, f"foo{value}")
+        assert experiment(by_kit, f"foo{value}")["params"]["dir/params.yaml"]["data"] == {"foo": int(value)}
+    assert (by_kit / "dir/dvc.lock").read_text() == (by_dvc / "dir/dvc.lock").read_text()
+    assert not (by_kit / "dir/.snakedvc").exists() and not (by_kit / "params.yaml").exists()
+    assert git(by_kit, "status", "--porcelain") == git(by_dvc, "status", "--porcelain")

@@ -83,6 +83,7 @@ def cmd_exp_run(args: argparse.Namespace) -> None:
     for option, why in EXP_RUN_REFUSED.items():
         if getattr(args, option):
             raise ValueError(f"not supported by snakedvc exp run: {why}")
+    _to_repository_root(args)
     options = ExpRunOptions(
         tuple(args.set_param), args.resources, tuple(args.targets), args.pull, args.allow_missing, args.recursive,
         args.single_item, args.pipeline, args.all_pipelines, args.downstream, args.force_downstream,
@@ -121,6 +122,30 @@ def cmd_exp_run(args: argparse.Namespace) -> None:
     saved = exp_run(args.profile, options, args.name or "", args.snakemake_args, force=args.force, console=console)
     if not args.quiet:  # DVC's closing lines
         print(f"\nRan experiment(s): {saved}\nExperiment results have been applied to your workspace.")
+
+
+def _to_repository_root(args: argparse.Namespace) -> None:
+    """Run from the DVC repository's root when started in a subfolder of it, as `dvc exp run` does
+    (the kit's folders there, not in the subfolder), the targets read as DVC reads them there."""
+    from dvc.exceptions import NotDvcRepoError
+    from dvc.repo import Repo
+
+    from snakedvc.engine.dvcpipeline import overrides_from_subfolder, targets_from_subfolder
+
+    cwd = Path.cwd()
+    try:
+        root = Path(Repo.find_root(str(cwd)))
+    except NotDvcRepoError:
+        return  # exp run's own error says so
+    if root.resolve() == cwd.resolve():
+        return
+    args.targets = list(targets_from_subfolder(args.targets, cwd, root, args.recursive))
+    args.set_param = list(overrides_from_subfolder(args.set_param, cwd, root))
+    for option in ("profile", "resources"):  # paths given here, where they exist
+        value = getattr(args, option)
+        if value and (cwd / value).exists():
+            setattr(args, option, str((cwd / value).resolve()))
+    os.chdir(root)
 
 
 def _exp_run_queue(args: argparse.Namespace, options: Any) -> None:

@@ -62,12 +62,15 @@ def _missing(options: dict[str, Any]) -> Any:
     return dvcpipeline.Missing(pull=bool(options.get("pull")), allow=bool(options.get("allow_missing")))
 
 
+def _listed(targets: Any) -> list[str]:
+    return [] if targets is None else [targets] if isinstance(targets, str) else list(targets)
+
+
 def _selection(targets: Any, options: dict[str, Any]) -> Any:
     """The kit's Selection for DVC's targets and options (None: the project's dvc.yaml)."""
     from snakedvc.engine import dvcpipeline
 
-    listed = [] if targets is None else [targets] if isinstance(targets, str) else list(targets)
-    return dvcpipeline.Selection(tuple(listed), *(bool(options.get(name)) for name in SELECTION))
+    return dvcpipeline.Selection(tuple(_listed(targets)), *(bool(options.get(name)) for name in SELECTION))
 
 
 def kit_reproduce(
@@ -96,6 +99,7 @@ def kit_reproduce(
     if asked:
         pytest.skip(f"snakedvc exp run has no equivalent of reproduce's {', '.join(asked)}")
     root = Path(self.root_dir)
+    targets = dvcpipeline.targets_from_subfolder(_listed(targets), Path.cwd(), root, recursive)
     select = _selection(targets, chosen)
     folder = f"{dvcpipeline.PIPELINE_FOLDER}/{new_run_id()}"
 
@@ -161,6 +165,9 @@ def kit_experiments_run(
     if kwargs.get("dry"):
         pytest.skip("snakedvc exp run --dry prints the plan; DVC's dry experiment runs in a temporary folder")
     root = Path(self.repo.root_dir)
+    # In a subfolder of the repository, as `snakedvc exp run` reads the targets and -S values there.
+    targets = dvcpipeline.targets_from_subfolder(_listed(targets), Path.cwd(), root)
+    params = dvcpipeline.overrides_from_subfolder(params or [], Path.cwd(), root)
     select = _selection(targets, {})
     if queue or run_all:
         return _kit_queue(self.repo, root, select, params, message, kwargs.get("name"), run_all, jobs)

@@ -26,10 +26,12 @@ from snakedvc.engine.dvcpipeline.plan import (
     Selection,
     Stage,
     dry_run,
+    overrides_from_subfolder,
     read_plan,
     set_params,
     stage_run_launch_args,
     stage_run_options,
+    targets_from_subfolder,
 )
 from snakedvc.engine.dvcpipeline.run import (
     ExpRunOptions,
@@ -43,6 +45,6 @@ from snakedvc.engine.dvcpipeline.save import Recorded, save
 
 __all__ = [
     "PIPELINE_FOLDER", "ExpRunOptions", "Missing", "Recorded", "PipelineError", "Plan", "Selection", "Stage", "Bookkeeper", "dry_run",
-    "exp_run", "is_dvc_pipeline", "kit_profile", "pipeline_profile", "read_plan", "run_plan", "save", "set_params",
-    "stage_run_launch_args", "stage_run_options",
+    "exp_run", "is_dvc_pipeline", "kit_profile", "overrides_from_subfolder", "pipeline_profile", "read_plan", "run_plan", "save", "set_params",
+    "stage_run_launch_args", "stage_run_options", "targets_from_subfolder",
 ]  # fmt: skip

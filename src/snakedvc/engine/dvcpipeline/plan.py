@@ -188,6 +188,44 @@ def selection(targets: Sequence[str] | Selection) -> Selection:
     return targets if isinstance(targets, Selection) else Selection(tuple(targets))
 
 
+def targets_from_subfolder(targets: Sequence[str], cwd: Path, root: Path, recursive: bool = False) -> tuple[str, ...]:
+    """Targets given in a subfolder of the repository (``cwd``), as DVC reads them there (a stage
+    name is one of the subfolder's dvc.yaml, a path is relative to it), made relative to ``root``:
+    the kit runs from the repository's root, as DVC does from anywhere in it."""
+    from dvc.utils import parse_target
+
+    if not _below(cwd, root):
+        return tuple(targets)
+    here = os.path.relpath(cwd.resolve(), root.resolve())
+    moved = []
+    for target in targets or ["dvc.yaml"]:  # none: the subfolder's dvc.yaml, as DVC reads it
+        path, name = parse_target(target)
+        if path is None and recursive and (cwd / name).is_dir():  # -R: a folder
+            path, name = name, None
+        at_root = os.path.normpath(os.path.join(here, path or "dvc.yaml"))
+        moved.append(f"{at_root}:{name}" if name else at_root)
+    return tuple(moved)
+
+
+def _below(cwd: Path, root: Path) -> bool:
+    """``cwd`` is a subfolder of the repository at ``root`` (not the root, not outside it)."""
+    return cwd.resolve() != root.resolve() and cwd.resolve().is_relative_to(root.resolve())
+
+
+def overrides_from_subfolder(overrides: Sequence[str], cwd: Path, root: Path) -> tuple[str, ...]:
+    """-S values given in a subfolder (``cwd``): their params files are the subfolder's, as DVC
+    reads them there (``foo=2`` sets ./params.yaml's foo), named from ``root``."""
+    from dvc.utils.cli_parse import to_path_overrides
+
+    if not _below(cwd, root):
+        return tuple(overrides)
+    here = os.path.relpath(cwd.resolve(), root.resolve())
+    by_file = to_path_overrides(list(overrides))
+    return tuple(
+        f"{os.path.normpath(os.path.join(here, path))}:{o}" for path, changes in by_file.items() for o in changes
+    )
+
+
 def read_plan(
     root: str | Path,
     folder: str,
