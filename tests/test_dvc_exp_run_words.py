@@ -336,3 +336,21 @@ def test_going_back_to_an_earlier_setting_restores_from_dvcs_run_cache(tmp_path:
     assert tree(kit, "back").keys() == tree(by_dvc, "back").keys()
     forced = snakedvc(kit, "exp", "run", "-f", "-n", "forced")  # -f runs, as DVC's -f
     assert "is cached" not in forced.stderr and (kit / "runs.log").read_text().count("ran") == 6
+
+
+def test_pull_restores_from_the_dvc_remotes_run_cache(tmp_path: Path) -> None:
+    """--pull: DVC pulls its run cache from the DVC remote first, and a stage whose inputs it has
+    seen elsewhere is restored from it, not run (the kit ran it: DVC's test_restore_pull found it)."""
+    origin = dvc_project(tmp_path / "origin", {"params.yaml": "n: 1\n", "dvc.yaml": CLOCKED})
+    storage = tmp_path / "storage"
+    dvc(origin, "remote", "add", "-d", "store", str(storage))
+    git(origin, "commit", "-qam", "a DVC remote")
+    dvc(origin, "repro")
+    dvc(origin, "push", "--run-cache")
+    made = (origin / "stamp.txt").read_text()
+    for runner, command in RUNNERS.items():
+        repo = clone(origin, f"by-{runner}")  # no outputs, no lock file, no cache: only the remote's
+        said = command(repo, "exp", "run", "--pull", "-n", "pulled")
+        assert (repo / "stamp.txt").read_text() == made, f"{runner}: stamp.txt ran anew"
+        assert not (repo / "runs.log").exists(), f"{runner}: a stage ran"
+        assert "Stage 'stamp' is cached - skipping run, checking out outputs" in said.stdout + said.stderr

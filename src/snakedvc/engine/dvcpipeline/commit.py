@@ -80,8 +80,11 @@ def reorder_lock_entries(path: Path, order: Callable[[list[str]], list[str]]) ->
 class Bookkeeper:
     """The commits and run-time decisions of one run's plan; ``step()`` is one pass, ``close()`` the last."""
 
-    def __init__(self, plan: Plan, root: Path) -> None:
+    def __init__(self, plan: Plan, root: Path, repo: Any = None) -> None:
         self.plan, self.root = plan, root
+        # An open DVC Repo of root to record through, the caller's (DVC's API reproduces through
+        # the Repo it is called on: its stage objects, its run cache); None: one of its own.
+        self._given_repo = repo
         self.committed: list[str] = []  # stages whose job finished, recorded in dvc.lock
         self.skipped: list[str] = []  # stages found unchanged at run time: not run, not recorded
         self.failed: dict[str, str] = {}  # stage -> why DVC could not commit it
@@ -106,7 +109,7 @@ class Bookkeeper:
         self._dvc_level = logging.getLogger("dvc").level
         logging.getLogger("dvc").setLevel(max(self._dvc_level, logging.WARNING))
         with self._here():
-            self._repo = Repo(str(self.root))
+            self._repo = self._given_repo or Repo(str(self.root))
             self._stages = {stage.addressing: stage for stage in self._repo.index.stages}
         self._keys_before = {path: lock_keys(path) for path in self._lock_files()}
         return self
@@ -120,7 +123,8 @@ class Bookkeeper:
             return
         self.step()
         self._order_lock_files()
-        self._repo.close()
+        if self._given_repo is None:
+            self._repo.close()
         self._repo = None
         logging.getLogger("dvc").setLevel(self._dvc_level)
 
@@ -168,6 +172,8 @@ class Bookkeeper:
         for frozen in self.plan.refresh:
             log.info("stage %s is frozen: recorded as it is, not run (as dvc repro does)", frozen)
         self._commit([*self.plan.data, *self.plan.refresh], fail=True)
+        if self.plan.pull and self.plan.run_cache and self.plan.changed:
+            self._pull_run_cache()
         # Only the stages whose jobs start at once: one that waits (one at a time, -s) keeps its
         # outputs until its turn, for the stages before it that may read them.
         for name in self.plan.changed:
@@ -177,6 +183,17 @@ class Bookkeeper:
                 marker = self.root / self.plan.ran(name)
                 marker.parent.mkdir(parents=True, exist_ok=True)
                 marker.touch()
+
+    def _pull_run_cache(self) -> None:
+        """--pull: DVC's run cache from the DVC remote first, as `dvc repro --pull` pulls it."""
+        from dvc.repo import lock_repo
+        from dvc.stage.cache import RunCacheNotSupported
+
+        with repo_lock(self.root), self._here(), lock_repo(self._repo):
+            try:
+                self._repo.stage_cache.pull(None)
+            except RunCacheNotSupported as error:  # DVC's words for it
+                log.warning("Failed to pull run cache: %s", error)
 
     def _restore(self, name: str) -> bool:
         """DVC's run cache asked for the stage's outputs (``dvc repro``'s restore: the outputs
@@ -191,7 +208,8 @@ class Bookkeeper:
         with repo_lock(self.root), self._here(), lock_repo(self._repo):
             try:  # as dvc repro: the outputs removed, then the cache asked (its job would remove them now)
                 stage.remove_outs(ignore_remove=False, force=False)
-                self._repo.stage_cache.restore(stage)
+                # As dvc repro calls it: with --pull, the entry and its outputs from the DVC remote too.
+                self._repo.stage_cache.restore(stage, dry=False, **({"pull": True} if self.plan.pull else {}))
             except RunCacheNotFoundError:
                 return False
             except (DvcException, OSError) as error:  # a missing dependency, a broken entry: the stage runs

@@ -256,15 +256,17 @@ def run_plan(
     root: Path,
     env: dict[str, str] | None = None,
     console: str = VERBOSE,
+    repo: Any = None,
 ) -> Recorded:
     """The plan run as `dvc repro` runs it: what changed without running first, then Snakemake's
     jobs, one a stage, while a bookkeeper in this process commits the stages that finish and
     tells the waiting ones whether to run. What was recorded; a PipelineError naming the stages
-    that failed, once every stage that finished is committed."""
+    that failed, once every stage that finished is committed. ``repo``: an open DVC Repo of root
+    to record through (a caller's own, as DVC's API uses the Repo it is called on)."""
     began = root / JOBS_BEGAN  # what DVC checked out or pulled so far is not this run's training
     began.parent.mkdir(parents=True, exist_ok=True)
     began.touch()
-    with Bookkeeper(plan, root) as books:
+    with Bookkeeper(plan, root, repo) as books:
         books.commit_unrun()
         this_pass: Plan | None = plan if plan.run else None
         # A stage that read a file of another before that one finished (undeclared in its deps)
