@@ -37,7 +37,7 @@ TAKEN = {"force", "interactive", "dry", "run_cache", "pull", "allow_missing", "f
 # DVC's stage selection, which the kit's runner takes as DVC's (dvcpipeline.Selection).
 SELECTION = ("recursive", "single_item", "pipeline", "all_pipelines", "downstream", "glob")
 # And those of Experiments.run (jobs: the queue's workers; name: the experiment's, as --name).
-TAKEN_BY_EXP_RUN = {*TAKEN, "jobs", "name", "params", "message", "queue", "run_all"}
+TAKEN_BY_EXP_RUN = {*TAKEN, "jobs", "name", "params", "message", "queue", "run_all", "no_hydra"}
 
 # What the kit's runner refuses by design, before any job, in words its error holds.
 REFUSED = (
@@ -116,7 +116,8 @@ def kit_reproduce(
     if kwargs.get("dry"):
         return _stages_of(self, [*plan.data, *plan.refresh, *plan.run])
     try:
-        recorded = dvcpipeline.run_plan(plan, PROFILE, [], root)
+        self._reset()  # its index as the files are now (the plan was read through another Repo)
+        recorded = dvcpipeline.run_plan(plan, PROFILE, [], root, repo=self)
     except dvcpipeline.PipelineError as error:  # a stage that failed, data gone: DVC's error for it
         raise ReproductionError(str(error)) from None
     # As DVC's: the stages it recorded, not those it found unchanged at run time.
@@ -165,12 +166,15 @@ def kit_experiments_run(
     if kwargs.get("dry"):
         pytest.skip("snakedvc exp run --dry prints the plan; DVC's dry experiment runs in a temporary folder")
     root = Path(self.repo.root_dir)
+    if run_all:
+        return _kit_run_all(self.repo, root, jobs)
+    if queue:
+        _kit_queue(self, targets, params, message, kwargs)
+        return {}
     # In a subfolder of the repository, as `snakedvc exp run` reads the targets and -S values there.
     targets = dvcpipeline.targets_from_subfolder(_listed(targets), Path.cwd(), root)
     params = dvcpipeline.overrides_from_subfolder(params or [], Path.cwd(), root)
     select = _selection(targets, {})
-    if queue or run_all:
-        return _kit_queue(self.repo, root, select, params, message, kwargs.get("name"), run_all, jobs)
     with _dvc_errors():
         try:
             options = dvcpipeline.ExpRunOptions(
@@ -180,6 +184,7 @@ def kit_experiments_run(
                 bool(kwargs.get("pull")),
                 bool(kwargs.get("allow_missing")),
                 message=message or "",
+                no_hydra=bool(kwargs.get("no_hydra")),
             )
             name = dvcpipeline.exp_run(
                 PROFILE, options, kwargs.get("name") or "", root=root, force=bool(kwargs.get("force"))
@@ -202,25 +207,61 @@ def kit_experiments_run(
 QUEUE_WAIT_S = 600
 
 
-def _kit_queue(
-    repo: Repo, root: Path, select: Any, params: Any, message: str | None, name: str | None, run_all: bool, jobs: int
-) -> dict[str, str]:
-    """`dvc exp run --queue` as `snakedvc exp run --queue` (a detached run per sweep point, not
-    started): {}; `--run-all`: the queue started, waited for, and its experiments as DVC returns them."""
-    import time
-
+def kit_queue_one(
+    self: Experiments,
+    queue: Any,
+    params: dict[str, list[str]] | None = None,
+    targets: Any = None,
+    copy_paths: Any = None,
+    message: str | None = None,
+    no_hydra: bool = False,
+    name: str | None = None,
+    **kwargs: Any,
+) -> None:
+    """One queued experiment (a point of a sweep) as `snakedvc exp run --queue` queues it: a
+    detached run, not started. DVC's `Experiments.run` calls this once per point; so does the kit's."""
     from snakedvc.engine import dvcpipeline
     from snakedvc.engine.dvcpipeline.save import random_experiment_name
     from snakedvc.engine.runs import submit
-    from snakedvc.engine.runs.queue import queued_runs, start, sweeps
 
-    if not run_all:
-        points = sweeps(list(params or []))
-        for index, overrides in enumerate(points):
-            named = f"{name}-{index + 1}" if name and len(points) > 1 else name or random_experiment_name(root)
-            options = dvcpipeline.ExpRunOptions(overrides, None, select.targets, message=message or "")
-            submit(str(dvcpipeline.kit_profile(PROFILE)), [], name=named, cwd=root, pipeline=options, queued=True)
-        return {}
+    if copy_paths or kwargs:
+        pytest.skip(f"snakedvc exp run has no equivalent of queue_one's {', '.join(['copy_paths', *kwargs])}")
+    root = Path(self.repo.root_dir)
+    overrides = [f"{path}:{change}" for path, changes in (params or {}).items() for change in changes]
+    options = dvcpipeline.ExpRunOptions(
+        dvcpipeline.overrides_from_subfolder(overrides, Path.cwd(), root),
+        None,
+        dvcpipeline.targets_from_subfolder(_listed(targets), Path.cwd(), root),
+        message=message or "",
+        no_hydra=no_hydra,
+    )
+    named = name or random_experiment_name(root)
+    submit(str(dvcpipeline.kit_profile(PROFILE)), [], name=named, cwd=root, pipeline=options, queued=True)
+
+
+def _kit_queue(exps: Experiments, targets: Any, params: Any, message: str | None, kwargs: dict[str, Any]) -> None:
+    """`dvc exp run --queue`: the points of the -S sweep (the kit's expansion, as `snakedvc exp run
+    --queue` makes it), each queued through ``queue_one`` as DVC's `Experiments.run` queues them."""
+    from dvc.utils.cli_parse import to_path_overrides
+
+    from snakedvc.engine.runs.queue import sweeps
+
+    points = sweeps(list(params or []))
+    name = kwargs.get("name")
+    for index, point in enumerate(points):
+        named = {"name": f"{name}-{index + 1}" if len(points) > 1 else name} if name else {}
+        exps.queue_one(
+            None, params=to_path_overrides(list(point)), targets=targets, copy_paths=None, message=message,
+            no_hydra=bool(kwargs.get("no_hydra")), **named,
+        )  # fmt: skip
+
+
+def _kit_run_all(repo: Repo, root: Path, jobs: int) -> dict[str, str]:
+    """`dvc exp run --run-all`: the kit's queue started, waited for, and its experiments as DVC returns them."""
+    import time
+
+    from snakedvc.engine.runs.queue import queued_runs, start
+
     start(root, jobs or 1)
     deadline = time.monotonic() + QUEUE_WAIT_S
     while any(run.state in ("queued", "running") for run in queued_runs(root)):
@@ -264,3 +305,4 @@ def _stages_of(repo: Repo, names: list[str]) -> list[Any]:
 def kit_runs_every_reproduce(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(Repo, "reproduce", kit_reproduce)
     monkeypatch.setattr(Experiments, "run", kit_experiments_run)
+    monkeypatch.setattr(Experiments, "queue_one", kit_queue_one)
