@@ -13,6 +13,7 @@ import shutil
 import subprocess
 import time
 from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass
 
 # States of a job that is still queued or running (SLURM's job state codes).
 ACTIVE_STATES = frozenset(
@@ -122,6 +123,61 @@ def job_states(jobids: Sequence[str], timeout: float = QUERY_TIMEOUT_S) -> dict[
             return {}
         raise
     return dict(line.split(None, 1) for line in out.splitlines() if len(line.split()) == 2)
+
+
+# sbatch errors of a submit limit (sacctmgr's MaxSubmitJobs / GrpSubmitJobs of the association, a
+# QOS's MaxSubmitJobsPerUser / PerAccount): they clear as the user's queued jobs end.
+SUBMIT_LIMIT_ERRORS = (
+    "AssocMaxSubmitJobLimit",
+    "AssocGrpSubmitJobsLimit",
+    "QOSMaxSubmitJobPerUserLimit",
+    "QOSMaxSubmitJobPerAccountLimit",
+    "QOSGrpSubmitJobsLimit",
+    "job submit limit",  # "Job violates accounting/QOS policy (job submit limit, ...)"
+)
+
+
+def is_submit_limit(sbatch_error: str) -> bool:
+    """Whether sbatch refused a job because the user (or account) has as many queued as allowed."""
+    return any(fragment in sbatch_error for fragment in SUBMIT_LIMIT_ERRORS)
+
+
+@dataclass(frozen=True)
+class SubmitRoom:
+    """How many more jobs may be queued before sbatch refuses one (``free``), and the limit that says so."""
+
+    free: int
+    limit: str  # e.g. "MaxSubmitJobs=5 of user ana in account lab"
+
+
+def default_account(user: str) -> str | None:
+    """The user's default SLURM account (sacctmgr), None where accounting does not say."""
+    out = query(["sacctmgr", "-n", "-P", "show", "user", user, "format=defaultaccount"]).strip()
+    return out.splitlines()[0].strip() or None if out else None
+
+
+def submit_room(user: str, account: str) -> SubmitRoom | None:
+    """The room slurmctld leaves ``user`` in ``account`` under the association's submit limits
+    (MaxSubmitJobs of the user's association, GrpSubmitJobs of it and of the account), as slurmctld
+    counts them now (`scontrol show assoc_mgr`: "MaxSubmitJobs=5(3)" is a limit of 5, 3 used);
+    None where no such limit is set. SlurmUnavailable when scontrol fails."""
+    out = query(["scontrol", "show", "assoc_mgr", f"users={user}", f"accounts={account}", "flags=assoc"])
+    rooms: list[SubmitRoom] = []
+    owner = ""
+    for line in out.splitlines():
+        record = re.match(r"ClusterName=\S+ Account=(\S+) UserName=(\S*)", line)
+        if record:
+            name = record.group(2).split("(")[0]
+            owner = f"user {name} in account {record.group(1)}" if name else f"account {record.group(1)}"
+            continue
+        for key, limit, used in re.findall(r"\b(MaxSubmitJobs|GrpSubmitJobs)=(\d+)\((\d+)\)", line):
+            rooms.append(SubmitRoom(int(limit) - int(used), f"{key}={limit} of {owner}"))
+    return min(rooms, key=lambda room: room.free) if rooms else None
+
+
+def user_queued_jobs() -> int:
+    """How many jobs of this user SLURM holds queued or running (squeue --me)."""
+    return len(query(["squeue", "--me", "-h", "-o", "%i"]).split())
 
 
 def is_ambiguous(sbatch_error: str) -> bool:

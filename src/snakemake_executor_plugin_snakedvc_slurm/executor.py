@@ -130,6 +130,8 @@ STATUS_FAILURES_BEFORE_WARNING = 3
 _BUILDING = threading.local()
 # sbatch calls for one job attempt whose failures may have made no job (report_job_error).
 SBATCH_TRIES = 3
+# Seconds between looks at the user's queued jobs while a submit limit (MaxSubmitJobs) is reached.
+SUBMIT_ROOM_POLL_S = 3.0
 # How often a status-check wait looks whether a submission shortened it or a job left its exit code.
 SLEEP_SLICE_SECONDS = 0.25
 
@@ -263,6 +265,10 @@ class Executor(SlurmExecutor):
     _default: str | None = None  # the default partition, once read
     _term_handler_installed = False
     _cancelled_by_us: frozenset[str] = frozenset()  # jobs cancelled here: their end is not news
+    # Accounts whose associations set no submit limit: not asked again. Replaced, never changed in place.
+    _unlimited_accounts: frozenset[str] = frozenset()
+    _said_submit_limit = False
+    _submit_room_lock = threading.RLock()  # reentrant: a refused job is submitted again from inside run_job
 
     def __post_init__(self, test_mode: bool = False) -> None:
         quiet = _DropMessages(SQUEUE_ADVICE)
@@ -276,6 +282,7 @@ class Executor(SlurmExecutor):
         # Our account guess, made once (" -A acct" or ""); the lock because the plugin
         # submits from two threads.
         self._guessed_account_arg: str | None = None
+        self._default_account: str | None = None  # "" where accounting names none
         self._account_lock = threading.Lock()
         self._failed_status_queries = 0  # in a row
 
@@ -535,9 +542,81 @@ class Executor(SlurmExecutor):
             return
         _BUILDING.partition = (job, partition_arg) if partition_arg is not None else None
         try:
-            super().run_job(job)
+            try:
+                account = self._job_account(job)
+            except Exception:  # noqa: BLE001 - the plugin's run_job reports the job's own errors (its account's)
+                account = None
+            if account is None or account in self._unlimited_accounts:
+                super().run_job(job)
+                return
+            # One look-then-sbatch at a time: the plugin submits from two threads, which both saw
+            # the last free place and one was refused (measured).
+            with self._submit_room_lock:
+                self._wait_for_submit_room(account)
+                super().run_job(job)
         finally:
             _BUILDING.partition = None
+
+    # Why the three below: sites cap how many jobs a user may have queued (sacctmgr's MaxSubmitJobs,
+    # a QOS's MaxSubmitJobsPerUser); sbatch then refuses the job (AssocMaxSubmitJobLimit) and the
+    # plugin fails it, so a pipeline wider than the cap fails (issue 52). Here a submission waits
+    # while the association has no room, and a refusal for a limit the kit cannot read waits for
+    # one of the user's jobs to end and submits again: the run never fails for it.
+    def _wait_for_submit_room(self, account: str) -> None:
+        while True:
+            try:
+                room = slurm.submit_room(getpass.getuser(), account)
+            except slurm.SlurmUnavailable:
+                return  # sbatch will say what SLURM says
+            if room is None:
+                self._unlimited_accounts = self._unlimited_accounts | {account}
+                return
+            if room.free > 0:
+                return
+            self._say_submit_limit(f"SLURM's {room.limit} is reached")
+            time.sleep(SUBMIT_ROOM_POLL_S)
+
+    def _job_account(self, job: Any) -> str | None:
+        """The SLURM account the job is submitted to (its -A, else the user's default account)."""
+        words = shlex.split(next(self.get_account_arg(job), "") or "")
+        if "-A" in words[:-1]:
+            return words[words.index("-A") + 1]
+        with self._account_lock:
+            if self._default_account is None:
+                try:
+                    self._default_account = slurm.default_account(getpass.getuser()) or ""
+                except slurm.SlurmUnavailable:
+                    return None
+        return self._default_account or None
+
+    def _say_submit_limit(self, why: str) -> None:
+        if not self._said_submit_limit:
+            self._said_submit_limit = True
+            self.logger.warning(
+                f"{why}: each further job is submitted when one of yours has left SLURM's queue "
+                "(said once; the run waits, it does not fail)."
+            )
+
+    def _submit_when_room(self, job: Any, said: str) -> bool:
+        """After sbatch refused ``job`` for a submit limit: submit it again once one of the user's
+        jobs has ended; False when none is queued (the limit would never clear)."""
+        _BUILDING.retrying = job
+        try:
+            while True:
+                self._say_submit_limit(said.split("The error message was")[-1].strip(" '.\n") or said)
+                try:
+                    queued = slurm.user_queued_jobs()
+                except slurm.SlurmUnavailable:
+                    queued = 1  # cannot tell: wait as if one were there
+                if queued == 0:
+                    return False
+                time.sleep(SUBMIT_ROOM_POLL_S)
+                _BUILDING.refused = False
+                self.run_job(job)
+                if not _BUILDING.refused:
+                    return True
+        finally:
+            _BUILDING.retrying = None
 
     def get_partition_arg(self, job: Any) -> str:
         chosen = getattr(_BUILDING, "partition", None)
@@ -615,6 +694,12 @@ class Executor(SlurmExecutor):
         # for (this run's job name and the job's comment, an id this run does not know yet) and
         # adopted; only if SLURM made none is it submitted again.
         said = (msg or "").split("sbatch call:")[0]
+        if job_info.external_jobid is None and said.startswith("SLURM sbatch failed") and slurm.is_submit_limit(said):
+            if getattr(_BUILDING, "retrying", None) is job_info.job:
+                _BUILDING.refused = True  # _submit_when_room tries again
+                return
+            if self._submit_when_room(job_info.job, said):
+                return
         ambiguous = said.startswith("SLURM sbatch failed") and slurm.is_ambiguous(said)
         if job_info.external_jobid is None and ambiguous and self._recover_submission(job_info.job, said.strip()):
             return
