@@ -1,4 +1,5 @@
-"""A site's submit limits (issue 52), on the real test cluster with AccountingStorageEnforce: a
+"""A cluster as a site runs it (issue 52), on the real test cluster: its submit limits
+(AccountingStorageEnforce), and slurmctld restarted for maintenance in the middle of a run. A
 pipeline wider than the jobs a user may have queued runs to the same record as `dvc exp run`'s,
 the kit keeping its jobs under the limit (one it reads: the association's MaxSubmitJobs) or
 submitting again after sbatch refused one (one it does not read: the QOS's MaxSubmitJobsPerUser)."""
@@ -6,6 +7,8 @@ submitting again after sbatch refused one (one it does not read: the QOS's MaxSu
 from __future__ import annotations
 
 import contextlib
+import os
+import signal
 import subprocess
 from collections.abc import Iterator
 from datetime import datetime
@@ -15,8 +18,10 @@ import pytest
 import yaml
 
 from snakedvc import slurm
-from tests.conftest import git
+from tests.conftest import REPO, accounted_jobs, git
 from tests.test_dvc_pipeline import clone, dvc, dvc_project, experiment, lock, snakedvc
+from tests.test_slurm_faults import SLURMCTLD_PIDFILE
+from tests.test_tutorial import BIN, ENV
 from tests.waiting import wait_until
 
 # The limit's test changes root's own association: no other test may submit meanwhile.
@@ -107,3 +112,60 @@ def slurm_jobids(said: str) -> list[str]:
     import re
 
     return re.findall(r"has been submitted with SLURM jobid (\d+)", said)
+
+
+GATED = """\
+stages:
+  one:
+    cmd: while [ ! -f {gate} ]; do sleep 0.5; done; echo 1 > one.txt
+    outs: [one.txt]
+  two:
+    cmd: cp one.txt two.txt
+    deps: [one.txt]
+    outs: [two.txt]
+"""
+
+
+def test_slurmctld_restarted_in_the_middle_of_a_run(tmp_path: Path, slurm_cluster: None) -> None:
+    """Maintenance: slurmctld stopped and started again while a stage's job runs and the next waits
+    for it. The run goes on: the job is kept, the next is submitted, the record is DVC's."""
+    gate = tmp_path / "gate"
+    dvc_yaml = GATED.format(gate=gate)
+    origin = dvc_project(tmp_path / "origin", {"dvc.yaml": dvc_yaml, "snakedvc.yaml": RESOURCES})
+    by_dvc, by_kit = clone(origin, "by-dvc"), clone(origin, "by-kit")
+    gate.touch()
+    dvc(by_dvc, "exp", "run", "-n", "kept")
+    gate.unlink()
+    running = subprocess.Popen(
+        [str(BIN / "snakedvc"), "exp", "run", "--profile", "slurm", "-n", "kept"],
+        cwd=by_kit, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=ENV,
+    )  # fmt: skip
+    try:
+        wait_until(
+            lambda: any(row.split("|") == [str(by_kit), "RUNNING"] for row in squeue("%Z|%T")),
+            "stage one's job to run", timeout=300, proc=running,
+        )  # fmt: skip
+        pid = int(SLURMCTLD_PIDFILE.read_text())
+        os.kill(pid, signal.SIGTERM)
+        wait_until(lambda: not Path(f"/proc/{pid}").exists(), "slurmctld to stop", timeout=60)
+        subprocess.run([str(REPO / "scripts" / "slurm-cluster"), "up"], check=True, capture_output=True, timeout=300)
+        gate.touch()
+        said, _ = running.communicate(timeout=600)
+    finally:
+        gate.touch()
+        if running.poll() is None:
+            running.kill()
+    assert running.returncode == 0, said[-4000:]
+    assert lock(by_kit) == lock(by_dvc)
+    assert experiment(by_kit, "kept") == experiment(by_dvc, "kept")
+    assert (by_kit / "two.txt").read_text() == "1\n"
+    # Each stage's job once, both finished: the running one was not lost or run again.
+    jobs = wait_until(
+        lambda: (rows := accounted_jobs(by_kit)) and all(row["state"] == "COMPLETED" for row in rows) and rows,
+        "accounting of the run's jobs, every one COMPLETED", timeout=60,
+    )  # fmt: skip
+    assert len(jobs) == 2, jobs
+
+
+def squeue(columns: str) -> list[str]:
+    return subprocess.run(["squeue", "-h", "-o", columns], capture_output=True, text=True, check=True).stdout.split()
