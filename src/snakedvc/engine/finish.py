@@ -16,6 +16,7 @@ from snakedvc.engine.config import KEY, ConfigError, typed_overrides
 from snakedvc.engine.foreground import forward_sigterm_to_local_jobs
 from snakedvc.engine.names import EXPERIMENT_NAME_ENV, EXPERIMENT_REPLACE_ENV, process_alive, release_name
 from snakedvc.engine.records import dag_outputs, started_commit, within, write_record
+from snakedvc.engine.scheduler_exit import end_pending_scheduler_wakeups
 from snakedvc.engine.settings import settings as kit_settings
 from snakedvc.engine.sweep.save import save_trials
 from snakedvc.engine.tracking import (
@@ -48,6 +49,7 @@ def finish_run(config: dict[str, Any], workflow: Any = None, root: Path | str = 
             "snakedvc.finish_run needs the workflow to know what this run produced: "
             "call snakedvc.finish_run(config, workflow) in onsuccess"
         )
+    end_pending_scheduler_wakeups()  # in onsuccess the scheduler is done: exit when the save is
     if os.environ.get(SKIP_SAVE_ENV) == "1":
         return []
     return _finish(config, dag_outputs(workflow), typed_overrides(workflow), root, started_commit())

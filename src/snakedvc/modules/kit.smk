@@ -54,7 +54,6 @@ onstart:
 
 
 onsuccess:
-    end_pending_scheduler_wakeups()
     snakedvc.finish_run(config, workflow)
 
 
