@@ -291,9 +291,9 @@ class Resumable:
         for step, batch in enumerate(batches, start=first):
             if step < skip:
                 continue
-            if self._stop_agreed():
-                signum = getattr(self.stop, "signum", None)
-                signame = signal.Signals(signum).name if signum else "request"
+            agreed = self._stop_agreed()
+            if agreed is not None:
+                signame = signal.Signals(agreed).name if agreed else "request"
                 self._checkpoint(epoch, step, signame)
                 self._release_lease()  # the stop checkpoint is written: a retry may take over at once
                 # Every rank names the file rank 0 writes (it may still be writing it).
@@ -364,12 +364,20 @@ class Resumable:
             self._lease.release()
             self._lease = None
 
-    def _stop_agreed(self) -> bool:
-        """Any rank's request counts for all, so every rank stops at the same step."""
+    def _stop_agreed(self) -> int | None:
+        """Any rank's request counts for all, so every rank stops at the same step: None (go on),
+        or the signal that asked (0: a request without one). The signal is agreed too: a rank whose
+        own SIGTERM had not arrived yet named the stop "request", and its checkpoint said so (seen
+        on two nodes under load)."""
         wanted = bool(self.stop.requested)
+        signum = int(getattr(self.stop, "signum", None) or 0) if wanted else 0
         if not self.ctx.distributed:
-            return wanted
-        return all_sum([1.0 if wanted else 0.0], self.ctx)[0] > 0
+            return signum if wanted else None
+        asked, signums, signalled = all_sum([1.0 if wanted else 0.0, float(signum), 1.0 if signum else 0.0], self.ctx)
+        if asked == 0:
+            return None
+        agreed = round(signums / signalled) if signalled else 0
+        return agreed if agreed in {int(s) for s in signal.Signals} else 0
 
     def _checkpoint(self, epoch: int, step: int, reason: str) -> Path | None:
         if self.store is None:
