@@ -88,9 +88,11 @@ stages:
 
 
 # The jobs' sizes, beside dvc.yaml (dvc exp run ignores the file). train runs through snakedvc launch.
+# Runtimes above the SLURM profile's pack-runtime (5 min): on the cluster each stage is a job of its
+# own (tests/test_slurm_packing.py packs short ones).
 RESOURCES = """\
 resources:
-  "*": {runtime: 5, mem: 300MB}
+  "*": {runtime: 10, mem: 300MB}
   featurize@*: {cpus: 1}
   train: {cpus: 2, mem: 1GB, runtime: 1h, launch: true}
 """
@@ -373,7 +375,7 @@ def test_exp_run_on_the_test_cluster_runs_a_job_per_stage(project: Path, slurm_c
     jobs_of = {rule: ids[0] for rule, ids in jobs.items()}
     sizes = accounted(list(jobs_of.values()))
     assert [sizes[jobs_of["stage_train"]][key] for key in ("cpus", "mem", "limit")] == ["2", "1000M", "01:00:00"]
-    assert [sizes[jobs_of["stage_featurize_b"]][key] for key in ("cpus", "mem", "limit")] == ["1", "300M", "00:05:00"]
+    assert [sizes[jobs_of["stage_featurize_b"]][key] for key in ("cpus", "mem", "limit")] == ["1", "300M", "00:10:00"]
     assert f"{jobs_of['stage_train']}.0" in accounted([jobs_of["stage_train"]], steps=True)
     # The foreach items ran at the same time: each started before any of them ended.
     items = [sizes[jobs_of[f"stage_featurize_{item}"]] for item in "abc"]

@@ -485,14 +485,15 @@ rule all:
 
 rule ok:
     output: "ok.txt"
-    resources: mem_mb=100, runtime=5
+    resources: mem_mb=100, runtime=10
     shell: "echo ok > {output}"
 
 rule fails:
     output: "failed.txt"
-    resources: mem_mb=100, runtime=5
+    resources: mem_mb=100, runtime=10
     shell: "exit 3"
 """
+# (runtime above the profile's pack-runtime: a SLURM job each, whose own exit code is the point)
 
 
 @pytest.mark.slurm

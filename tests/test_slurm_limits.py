@@ -37,8 +37,9 @@ WIDE = {
         }
     }
 }
-# Every stage's job small and short, as a site's admin would ask.
-RESOURCES = 'resources:\n  "*": {runtime: 5, mem: 100MB}\n'
+# Every stage's job small, as a site's admin would ask; longer than the profile packs (snakedvc-slurm-pack-runtime:
+# 5), so that each stage is a SLURM job of its own and the limit is met.
+RESOURCES = 'resources:\n  "*": {runtime: 10, mem: 100MB}\n'
 # (setting, the sacctmgr entity it is set on); -1 clears it
 LIMITS = {
     "assoc": ["user", "root", "where", "account=root", "set", "MaxSubmitJobs={}"],

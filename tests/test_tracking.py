@@ -179,13 +179,14 @@ def test_push_then_fresh_clone_pulls_run_and_model(tmp_path: Path) -> None:
     assert md5(clone / "results/model/model.pt") == model
 
 
+# runtime=10: above the profile's pack-runtime, so each job is a SLURM job of its own, tracked as it ends.
 FANOUT = """
 rule all:
     input: expand("out/{i}.bin.dvc", i=range(8))
 
 rule make:
     output: "out/{i}.bin"
-    resources: mem_mb=100, runtime=5
+    resources: mem_mb=100, runtime=10
     shell: "sleep 2; head -c 200000 /dev/urandom > {output}"
 
 rule track:

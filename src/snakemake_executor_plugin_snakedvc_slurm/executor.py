@@ -41,6 +41,10 @@ Executor.format_job_exec). A command that needs a job step of its own (multi-nod
 checkpointing trainer that must receive `--signal=TERM@...`) makes it: `snakedvc launch` does.
 Jobs with the `mpi` resource and array jobs keep the jobstep (and sacct alone for their end).
 
+One addition: short jobs are packed many to a SLURM job (settings pack-runtime, pack-size; see
+packing.py). Snakemake still hands out, follows and retries each job on its own; only the sbatch
+is shared (Executor.run_jobs, report_job_submission, _report_pack_member).
+
 Snakemake names a plugin's settings after the plugin, so in a profile they are spelled
 `snakedvc-slurm-<setting>` (e.g. `snakedvc-slurm-status-command`).
 """
@@ -69,6 +73,7 @@ from typing import Any
 
 from packaging.specifiers import SpecifierSet
 from packaging.version import InvalidVersion, Version
+from snakemake.jobs import GroupJob
 from snakemake_executor_plugin_slurm import Executor as SlurmExecutor
 from snakemake_executor_plugin_slurm import ExecutorSettings as SlurmExecutorSettings
 from snakemake_executor_plugin_slurm import common_settings  # noqa: F401 - required by Snakemake
@@ -89,6 +94,8 @@ from snakedvc.logs import keep_earlier_attempt_logs
 
 # States of a job that is still queued or running: such a job needs nothing from the plugin this round.
 from snakedvc.slurm import ACTIVE_STATES
+
+from . import packing
 
 PLUGIN = "snakemake-executor-plugin-slurm"
 # The releases whose check_active_jobs, get_account_arg, run_jobs and status-query helpers
@@ -132,6 +139,8 @@ _BUILDING = threading.local()
 SBATCH_TRIES = 3
 # Seconds between looks at the user's queued jobs while a submit limit (MaxSubmitJobs) is reached.
 SUBMIT_ROOM_POLL_S = 3.0
+# Seconds a short job waits for others to share its SLURM job (Executor._gather).
+PACK_GATHER_S = 1.0
 # How often a status-check wait looks whether a submission shortened it or a job left its exit code.
 SLEEP_SLICE_SECONDS = 0.25
 
@@ -160,8 +169,36 @@ class ExecutorSettings(SlurmExecutorSettings):
         },
     )
 
+    pack_runtime: int = field(
+        default=5,
+        metadata={
+            "help": "Jobs that declare a runtime of at most this many minutes (a DVC foreach's short stages, short "
+            "sweep trials, any rule you give a short runtime) share SLURM jobs: the ones ready at the same time that "
+            "ask for the same partition, account and flags go to one sbatch, up to pack-size of them, each with its "
+            "own log, outputs, failure and retry. 0: every job is a SLURM job of its own.",
+            "env_var": False,
+            "required": False,
+        },
+    )
+
+    pack_size: int = field(
+        default=50,
+        metadata={
+            "help": "At most this many short jobs (pack-runtime) to one SLURM job; 1: every job its own.",
+            "env_var": False,
+            "required": False,
+        },
+    )
+
     def __post_init__(self) -> None:
         super().__post_init__()
+        for name in ("pack_runtime", "pack_size"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < (0 if name == "pack_runtime" else 1):
+                least = 0 if name == "pack_runtime" else 1
+                raise WorkflowError(
+                    f"snakedvc-slurm-{name.replace('_', '-')} must be an integer >= {least}, got {value!r}"
+                )
         # Why: the plugin's default passes a job's command as sbatch --wrap="..." through a shell on
         # the submit host, where a `$(...)` or backquotes in a path (a project folder's name) run,
         # double quotes being no quoting for them. As a script on sbatch's stdin nothing is expanded
@@ -268,6 +305,10 @@ class Executor(SlurmExecutor):
     # Accounts whose associations set no submit limit: not asked again. Replaced, never changed in place.
     _unlimited_accounts: frozenset[str] = frozenset()
     _said_submit_limit = False
+    # id() of the packs (GroupJobs of short jobs, Executor._submit_pack) being submitted. Replaced, never changed in place.
+    _pack_ids: frozenset[int] = frozenset()
+    _packs_made = 0
+    _gather_timer: threading.Timer | None = None
     _submit_room_lock = threading.RLock()  # reentrant: a refused job is submitted again from inside run_job
 
     def __post_init__(self, test_mode: bool = False) -> None:
@@ -285,6 +326,9 @@ class Executor(SlurmExecutor):
         self._default_account: str | None = None  # "" where accounting names none
         self._account_lock = threading.Lock()
         self._failed_status_queries = 0  # in a row
+        # Short jobs waiting for others of their shape (packing.shape) to share a SLURM job (_gather).
+        self._gathered: dict[tuple[Any, ...], list[Any]] = {}
+        self._gather_lock = threading.Lock()
 
     @property
     def exit_code_folder(self) -> Path | None:
@@ -299,11 +343,84 @@ class Executor(SlurmExecutor):
 
     def run_jobs(self, jobs: list[Any]) -> None:
         self._install_term_handler()
+        settings = self.workflow.executor_settings
+        arrays = set(self.array_jobs or ())  # rules the user sends as array jobs (the plugin's array-jobs)
+        packable = [
+            job
+            for job in jobs
+            if packing.packable(job, settings.pack_runtime, requested_gpus)
+            and "all" not in arrays
+            and job.rule.name not in arrays
+        ]
+        if settings.pack_size >= 2 and packable:
+            self._gather(packable)
+        else:
+            packable = []
         # Why: a new job may be short; without this its first status query would wait for
         # however long the back-off has grown while older, long jobs were running.
-        super().run_jobs(jobs)
+        super().run_jobs([job for job in jobs if job not in packable])
         if jobs:
             self.next_seconds_between_status_checks = self._initial_interval()
+
+    # Why the gathering: Snakemake hands the executor the jobs it selected in one scheduling round,
+    # and when a pack ends its members' successes reach the scheduler one at a time: the next round
+    # may hold one freed job, the one after it the rest. Short jobs wait up to PACK_GATHER_S for
+    # others of their shape; a full pack goes at once.
+    def _gather(self, jobs: list[Any]) -> None:
+        size = self.workflow.executor_settings.pack_size
+        full: list[list[Any]] = []
+        with self._gather_lock:
+            for job in jobs:
+                waiting = self._gathered.setdefault(packing.shape(job), [])
+                waiting.append(job)
+                if len(waiting) == size:
+                    full.append(waiting[:])
+                    waiting.clear()
+            if any(self._gathered.values()) and self._gather_timer is None:
+                self._gather_timer = threading.Timer(PACK_GATHER_S, self._submit_gathered)
+                self._gather_timer.daemon = True
+                self._gather_timer.start()
+        for members in full:
+            self._submit_pack(members)
+
+    def _submit_gathered(self) -> None:
+        with self._gather_lock:
+            gathered = [members for members in self._gathered.values() if members]
+            self._gathered = {}
+            self._gather_timer = None
+        size = self.workflow.executor_settings.pack_size
+        for members in gathered:
+            for chunk in packing.even_chunks(members, size):
+                try:
+                    self._submit_pack(chunk)
+                except Exception as e:  # noqa: BLE001 - on this timer thread nobody else would hear of it
+                    for job in chunk:
+                        self.report_job_error(SubmittedJobInfo(job), msg=f"Not submitted: {e!r}")
+
+    def _submit_pack(self, members: list[Any]) -> None:
+        """One SLURM job for ``members`` (short jobs of one shape, gathered by _gather); halved while
+        the pack's runtime (its members' one after another, as Snakemake sizes a group) is above its
+        partition's MaxTime."""
+        if len(members) == 1:
+            self.run_job(members[0])
+            return
+        self._packs_made += 1
+        pack = GroupJob(f"pack{self._packs_made}", frozenset(members), self.workflow.global_resources)
+        pack.finalize()
+        try:
+            too_long = self._partition_problem(pack, self.get_partition_arg(pack)) is not None
+        except Exception:  # noqa: BLE001 - run_job reports the pack's errors, member by member
+            too_long = False
+        if too_long:
+            half = len(members) // 2
+            self._submit_pack(members[:half])
+            self._submit_pack(members[half:])
+            return
+        self._pack_ids = self._pack_ids | {id(pack)}
+        self.run_job(pack)
+
+    def _is_pack(self, job: Any) -> bool:
+        return id(job) in self._pack_ids
 
     async def sleep(self) -> None:
         # Why: Snakemake's RemoteExecutor.sleep waits the whole interval in one asyncio.sleep,
@@ -411,7 +528,10 @@ class Executor(SlurmExecutor):
         for job in jobs:
             state = self._state_of(job, states)
             word = state.split()[0] if state else None
-            if word is None or word in ACTIVE_STATES:
+            if word is not None and word not in ACTIVE_STATES and job.aux.get("pack"):
+                await self._report_pack_member(job, state or word)
+                finished = True
+            elif word is None or word in ACTIVE_STATES:
                 still_active.append(job)  # queued, running, or not in accounting yet (as the plugin does)
                 if word == "PENDING":
                     pending.append(job)
@@ -434,6 +554,26 @@ class Executor(SlurmExecutor):
             still_active += left
             finished = finished or len(left) < len(for_plugin)
         return still_active, finished
+
+    async def _report_pack_member(self, job_info: SubmittedJobInfo, state: str) -> None:
+        """A job of a pack whose SLURM job ended other than with exit 0 (a member failed, or the job
+        was cancelled, timed out, lost its node): the member succeeded if its Snakemake finished it
+        (its outputs are there and no longer marked incomplete), else it failed, on its own."""
+        job = job_info.job
+        persistence = self.workflow.persistence
+        persistence.deactivate_cache()  # the job's Snakemake unmarked what it finished, not ours
+        done = all(os.path.exists(path) for path in job.output) and not await persistence.incomplete(job)
+        if done:
+            self.report_job_success(job_info)  # the SLURM log is kept: another member failed
+            return
+        logfile = job_info.aux.get("slurm_logfile")
+        others = int(job_info.aux.get("pack_members", 1)) - 1
+        self.report_job_error(
+            job_info,
+            msg=f"Job {job.jobid} (rule {job.name}) did not finish in SLURM job {job_info.external_jobid}, which ran "
+            f"it with {others} other short job(s) and ended as '{state}' (SLURM log: {logfile}). ",
+            aux_logs=[str(logfile)] if logfile else [],
+        )
 
     async def _ends_missing_from_accounting(
         self, jobs: list[SubmittedJobInfo], states: dict[str, str]
@@ -541,6 +681,7 @@ class Executor(SlurmExecutor):
             self.report_job_error(SubmittedJobInfo(job), msg=problem)
             return
         _BUILDING.partition = (job, partition_arg) if partition_arg is not None else None
+        _BUILDING.pack = self._is_pack(job)  # its Snakemake runs every member, whatever one does (--keep-going)
         try:
             try:
                 account = self._job_account(job)
@@ -556,6 +697,7 @@ class Executor(SlurmExecutor):
                 super().run_job(job)
         finally:
             _BUILDING.partition = None
+            _BUILDING.pack = False
 
     # Why the three below: sites cap how many jobs a user may have queued (sacctmgr's MaxSubmitJobs,
     # a QOS's MaxSubmitJobsPerUser); sbatch then refuses the job (AssocMaxSubmitJobLimit) and the
@@ -685,7 +827,20 @@ class Executor(SlurmExecutor):
     def report_job_submission(self, job_info: SubmittedJobInfo) -> None:
         if job_info.external_jobid:
             self._known_jobids = self._known_jobids | {job_info.external_jobid}
-        super().report_job_submission(job_info)
+        if not self._is_pack(job_info.job):
+            super().report_job_submission(job_info)
+            return
+        # Snakemake handed out the members, not the pack: each is reported (and followed) on its own.
+        pack = job_info.job
+        self._pack_ids = self._pack_ids - {id(pack)}
+        members = sorted(pack.jobs, key=lambda job: job.jobid)
+        self.logger.info(
+            f"SLURM job {job_info.external_jobid} runs {len(members)} short jobs (Snakemake jobs "
+            f"{', '.join(str(job.jobid) for job in members)}; rules {', '.join(sorted({job.name for job in members}))})."
+        )
+        for member in members:
+            aux = {**job_info.aux, "pack": pack.groupid, "pack_members": len(members)}
+            super().report_job_submission(SubmittedJobInfo(member, external_jobid=job_info.external_jobid, aux=aux))
 
     def report_job_error(self, job_info: SubmittedJobInfo, msg: str | None = None, **kwargs: Any) -> None:
         # Why: when slurmctld stalls, sbatch gives up ("Socket timed out") although slurmctld makes
@@ -702,6 +857,11 @@ class Executor(SlurmExecutor):
                 return
         ambiguous = said.startswith("SLURM sbatch failed") and slurm.is_ambiguous(said)
         if job_info.external_jobid is None and ambiguous and self._recover_submission(job_info.job, said.strip()):
+            return
+        if self._is_pack(job_info.job):  # not submitted: each member fails (and is retried) on its own
+            self._pack_ids = self._pack_ids - {id(job_info.job)}
+            for member in job_info.job.jobs:
+                super().report_job_error(SubmittedJobInfo(member), msg=msg, **kwargs)
             return
         super().report_job_error(job_info, msg=msg, **kwargs)
 
@@ -813,6 +973,13 @@ class Executor(SlurmExecutor):
         wrapped = not self.workflow.executor_settings.pass_command_as_script
         return with_exit_code_file(command, folder, wrapped=wrapped)
 
+    def cancel(self) -> None:
+        with self._gather_lock:  # jobs not submitted yet stay so
+            if self._gather_timer is not None:
+                self._gather_timer.cancel()
+            self._gather_timer, self._gathered = None, {}
+        super().cancel()
+
     def shutdown(self) -> None:
         super().shutdown()
         if self.exit_code_folder and not self.workflow.remote_execution_settings.immediate_submit:
@@ -823,7 +990,7 @@ class Executor(SlurmExecutor):
 
     def additional_general_args(self) -> str:
         if getattr(_BUILDING, "local", False):
-            return IN_JOB_EXECUTOR_ARGS
+            return IN_JOB_EXECUTOR_ARGS + (" --keep-going" if getattr(_BUILDING, "pack", False) else "")
         return super().additional_general_args()
 
     def run_array_jobs(self, jobs: list[Any]) -> None:
