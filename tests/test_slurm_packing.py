@@ -22,8 +22,10 @@ class Resources(dict):
     """job.resources as far as packing reads it (Snakemake's Namedlist: get, items, keys)."""
 
 
-def job(name: str = "r", attempt: int = 1, group: bool = False, **resources: Any) -> SimpleNamespace:
-    return SimpleNamespace(name=name, attempt=attempt, is_group=lambda: group, resources=Resources(resources))
+def job(name: str = "r", attempt: int = 1, group: bool = False, threads: int = 1, **resources: Any) -> SimpleNamespace:
+    return SimpleNamespace(
+        name=name, attempt=attempt, is_group=lambda: group, threads=threads, resources=Resources(resources)
+    )
 
 
 def no_gpus(job: Any) -> int:
@@ -39,6 +41,8 @@ def test_only_short_single_node_cpu_jobs_pack() -> None:
     assert not packable(job(runtime=1, nodes=2), 5, no_gpus)
     assert not packable(job(runtime=1, mpi="srun"), 5, no_gpus)
     assert not packable(job(runtime=1, group=True), 5, no_gpus)  # a user's own group stays as it is
+    assert packable(job(runtime=1, threads=2), 5, no_gpus, max_threads=2)
+    assert not packable(job(runtime=1, threads=4), 5, no_gpus, max_threads=2)  # the pack would give it 2 CPUs
 
 
 def test_packs_share_a_shape_and_are_even_and_at_most_the_size() -> None:

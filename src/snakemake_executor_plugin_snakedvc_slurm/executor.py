@@ -344,11 +344,12 @@ class Executor(SlurmExecutor):
     def run_jobs(self, jobs: list[Any]) -> None:
         self._install_term_handler()
         settings = self.workflow.executor_settings
+        pack_cores = self.workflow.resource_settings.cores  # a pack's CPUs (the profile's `cores`), or None
         arrays = set(self.array_jobs or ())  # rules the user sends as array jobs (the plugin's array-jobs)
         packable = [
             job
             for job in jobs
-            if packing.packable(job, settings.pack_runtime, requested_gpus)
+            if packing.packable(job, settings.pack_runtime, requested_gpus, pack_cores)
             and "all" not in arrays
             and job.rule.name not in arrays
         ]
@@ -409,8 +410,10 @@ class Executor(SlurmExecutor):
         pack.finalize()
         try:
             too_long = self._partition_problem(pack, self.get_partition_arg(pack)) is not None
-        except Exception:  # noqa: BLE001 - run_job reports the pack's errors, member by member
-            too_long = False
+        except Exception:  # noqa: BLE001 - e.g. a job needing more threads than `cores`: it cannot share
+            for job in members:
+                self.run_job(job)
+            return
         if too_long:
             half = len(members) // 2
             self._submit_pack(members[:half])

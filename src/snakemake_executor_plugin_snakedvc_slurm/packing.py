@@ -25,10 +25,13 @@ SIZED = frozenset(
 )
 
 
-def packable(job: Any, max_runtime: int, gpus: Callable[[Any], int]) -> bool:
+def packable(job: Any, max_runtime: int, gpus: Callable[[Any], int], max_threads: int | None = None) -> bool:
     """Whether ``job`` may share a SLURM job: it declares a runtime (minutes) of at most
-    ``max_runtime``, runs on one node without GPUs or MPI, and is not a group already."""
+    ``max_runtime``, runs on one node without GPUs or MPI, needs no more threads than a pack has
+    CPUs (``max_threads``, the profile's `cores`: Snakemake would give it fewer), and is not a group already."""
     if max_runtime <= 0 or job.is_group():
+        return False
+    if max_threads is not None and job.threads > max_threads:
         return False
     resources = job.resources
     runtime = resources.get("runtime")
