@@ -914,6 +914,13 @@ def _hear_sigint() -> None:
         signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
+# Commands that work in a project (its runs, its DVC experiments): refused in another user's
+# (snakedvc.engine.runs.owner), which git and DVC refuse with words that do not say so.
+PROJECT_COMMANDS = frozenset(
+    {"submit", "runs", "logs", "cancel", "resume", "clean", "pending", "exp", "queue", "pull", "init"}
+)
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     passed_on = []  # `exp run ... -- ARGS`: ARGS go to Snakemake (argparse cannot split them from TARGETS)
@@ -931,6 +938,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "exp" and not getattr(args, "log", None):  # DVC's console: its words, not the kit's notes
         _exp_run_logging(args.quiet, args.verbose)
     try:
+        if args.command in PROJECT_COMMANDS:
+            from snakedvc.engine.runs.owner import refuse_others_project
+
+            refuse_others_project(Path.cwd(), args.command)
         args.func(args)
     except KeyboardInterrupt:  # Ctrl-C or a cancel's SIGINT: what ran is said above; no traceback
         print(f"snakedvc {args.command}: stopped (interrupted)", file=sys.stderr)

@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 
 from snakedvc import slurm
+from snakedvc.engine.runs.owner import refuse_others_run
 from snakedvc.engine.runs.record import ACTIVE_STATES, CANCEL_MARKER, FINISHED_STATES, Run, RunError
 from snakedvc.engine.runs.state import controller_alive, current_state, list_runs, squeue_states, state_and_why
 from snakedvc.engine.runs.submission import start_controller
@@ -71,6 +72,7 @@ def _log_size(run: Run) -> int:
 
 def cancel(run: Run, quiet_s: float = CANCEL_QUIET_S, wait_s: float = CANCEL_WAIT_S) -> Run:
     """Stop the run: its controller (no experiment is saved) and every SLURM job it submitted."""
+    refuse_others_run(run.dir, run.id, "cancel")
     state, why = state_and_why(run)
     if state in FINISHED_STATES:
         raise RunError(f"run {run.id} has already {'ended as ' + state if state != 'done' else 'finished'}")
@@ -114,6 +116,7 @@ def resume(run: Run) -> tuple[Run, bool]:
     """Start a new controller for a run whose controller was lost (or that failed): finished
     steps are kept, training resumes from its checkpoint. Returns (run, whether a controller was
     started): a run whose controller lives is left as it is, so resuming twice starts one."""
+    refuse_others_run(run.dir, run.id, "resume")
     with locked(run.dir / "resume.lock"):  # two resumes at once: the second sees the first's controller
         run = Run.load(run.dir)
         state, why = state_and_why(run)

@@ -40,6 +40,11 @@ def repository_root(path: Path | str = ".") -> Path:
     """The top level of the git working tree that holds ``path``."""
     proc = subprocess.run(["git", "rev-parse", "--show-toplevel"], cwd=path, capture_output=True, text=True)
     if proc.returncode != 0:
+        if "dubious ownership" in proc.stderr:  # a project another user owns, shared with us to write in
+            raise RunError(
+                f"git refuses {Path(path).resolve()}: another user owns it. If your lab shares it on purpose, "
+                f"tell git so: git config --global --add safe.directory {Path(path).resolve()}"
+            )
         raise RunError(f"{Path(path).resolve()} is not in a git repository: snakedvc submit freezes code with git")
     return Path(proc.stdout.strip())
 
