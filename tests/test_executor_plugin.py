@@ -214,11 +214,35 @@ def test_every_snakedvc_slurm_key_of_the_profile_is_a_valid_setting_of_the_profi
         ("status_backoff_factor", 0.5, "snakedvc-slurm-status-backoff-factor"),
         ("status_backoff_factor", "2", "snakedvc-slurm-status-backoff-factor"),
         ("status_backoff_factor", float("inf"), "snakedvc-slurm-status-backoff-factor"),
+        ("pack_runtime", -1, "snakedvc-slurm-pack-runtime"),
+        ("pack_runtime", "5", "snakedvc-slurm-pack-runtime"),
+        ("pack_size", 0, "snakedvc-slurm-pack-size"),
     ],
 )
 def test_bad_status_settings_fail_naming_the_profile_key(setting: str, value: Any, key: str) -> None:
     with pytest.raises(WorkflowError, match=key):
         ExecutorSettings(status_command="sacct", **{setting: value})
+
+
+def test_a_rule_whose_threads_cores_caps_is_said_once(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """Snakemake gives a job at most --cores threads, remote jobs too: the user hears of it, once."""
+    executor = make_executor(tmp_path)
+    executor.workflow.resource_settings = SimpleNamespace(cores=2)
+    jobs = []
+    for jobid, (name, asked) in enumerate([("small", 2), ("train", 8), ("other", 6)]):
+        job = Job(jobid, name)
+        job.threads = min(asked, 2)  # as Snakemake caps it
+        declared = SimpleNamespace(is_evaluable=lambda: False, value=asked)
+        job.rule = SimpleNamespace(name=name, resources={"_cores": declared})
+        jobs.append(job)
+    with caplog.at_level(logging.WARNING, logger=LOGGER):
+        executor._say_capped_threads(jobs[:1])  # within the cap: nothing to say
+        assert not caplog.records
+        executor._say_capped_threads(jobs)
+        executor._say_capped_threads(jobs)
+    (said,) = [record.getMessage() for record in caplog.records]
+    assert said.startswith("Rule train asks for 8 threads, but Snakemake gives a job at most the profile's `cores` (2)")
+    assert "Set `cores` in your profile to the CPUs of your cluster's nodes" in said
 
 
 # --- status interval ----------------------------------------------------------------------

@@ -309,6 +309,7 @@ class Executor(SlurmExecutor):
     _pack_ids: frozenset[int] = frozenset()
     _packs_made = 0
     _gather_timer: threading.Timer | None = None
+    _said_capped = False  # a rule's threads capped by --cores: said once
     _submit_room_lock = threading.RLock()  # reentrant: a refused job is submitted again from inside run_job
 
     def __post_init__(self, test_mode: bool = False) -> None:
@@ -343,6 +344,7 @@ class Executor(SlurmExecutor):
 
     def run_jobs(self, jobs: list[Any]) -> None:
         self._install_term_handler()
+        self._say_capped_threads(jobs)
         settings = self.workflow.executor_settings
         pack_cores = self.workflow.resource_settings.cores  # a pack's CPUs (the profile's `cores`), or None
         arrays = set(self.array_jobs or ())  # rules the user sends as array jobs (the plugin's array-jobs)
@@ -362,6 +364,27 @@ class Executor(SlurmExecutor):
         super().run_jobs([job for job in jobs if job not in packable])
         if jobs:
             self.next_seconds_between_status_checks = self._initial_interval()
+
+    def _say_capped_threads(self, jobs: list[Any]) -> None:
+        # Why: Snakemake caps every job's threads at --cores, remote jobs too (rules.py: "correct
+        # even for remote jobs"), so a rule's `threads: 8` under a profile's `cores: 2` gets a
+        # 2-CPU SLURM job without a word. Said once per run (a foreach's items are a rule each).
+        for job in jobs:
+            if self._said_capped:
+                return
+            try:
+                declared = job.rule.resources["_cores"]
+                asked = None if declared.is_evaluable() else declared.value
+            except (AttributeError, KeyError, TypeError):  # a group job, or another Snakemake's Resource
+                continue
+            if isinstance(asked, int) and asked > job.threads:
+                self._said_capped = True
+                self.logger.warning(
+                    f"Rule {job.rule.name} asks for {asked} threads, but Snakemake gives a job at most the profile's "
+                    f"`cores` ({self.workflow.resource_settings.cores}): its SLURM job gets {job.threads} CPUs (said "
+                    "once; other rules too). Set `cores` in your profile to the CPUs of your cluster's nodes (it also "
+                    "sizes groups and packs of short jobs)."
+                )
 
     # Why the gathering: Snakemake hands the executor the jobs it selected in one scheduling round,
     # and when a pack ends its members' successes reach the scheduler one at a time: the next round
