@@ -345,20 +345,21 @@ class Executor(SlurmExecutor):
     def run_jobs(self, jobs: list[Any]) -> None:
         self._install_term_handler()
         self._say_capped_threads(jobs)
+        # getattr: upstream's unit tests drive run_jobs around stand-ins of the workflow and settings.
         settings = self.workflow.executor_settings
-        pack_cores = self.workflow.resource_settings.cores  # a pack's CPUs (the profile's `cores`), or None
+        pack_runtime, pack_size = getattr(settings, "pack_runtime", 0), getattr(settings, "pack_size", 1)
+        pack_cores = getattr(getattr(self.workflow, "resource_settings", None), "cores", None)  # the profile's cores
         arrays = set(self.array_jobs or ())  # rules the user sends as array jobs (the plugin's array-jobs)
         packable = [
             job
             for job in jobs
-            if packing.packable(job, settings.pack_runtime, requested_gpus, pack_cores)
+            if pack_size >= 2
+            and packing.packable(job, pack_runtime, requested_gpus, pack_cores)
             and "all" not in arrays
             and job.rule.name not in arrays
         ]
-        if settings.pack_size >= 2 and packable:
+        if packable:
             self._gather(packable)
-        else:
-            packable = []
         # Why: a new job may be short; without this its first status query would wait for
         # however long the back-off has grown while older, long jobs were running.
         super().run_jobs([job for job in jobs if job not in packable])
@@ -381,7 +382,7 @@ class Executor(SlurmExecutor):
                 self._said_capped = True
                 self.logger.warning(
                     f"Rule {job.rule.name} asks for {asked} threads, but Snakemake gives a job at most the profile's "
-                    f"`cores` ({self.workflow.resource_settings.cores}): its SLURM job gets {job.threads} CPUs (said "
+                    f"`cores` ({getattr(self.workflow.resource_settings, 'cores', '?')}): its SLURM job gets {job.threads} CPUs (said "
                     "once; other rules too). Set `cores` in your profile to the CPUs of your cluster's nodes (it also "
                     "sizes groups and packs of short jobs)."
                 )
