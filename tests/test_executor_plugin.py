@@ -421,6 +421,21 @@ def test_one_round_sorts_running_suffixed_and_terminal_jobs(tmp_path: Path, sacc
     assert sacct.status_queries() == 2  # ours, then the plugin's for the jobs it handled
 
 
+def test_a_job_that_lost_a_node_stays_active_while_slurm_requeues_it(tmp_path: Path, sacct: FakeSacct) -> None:
+    """NODE_FAIL: SLURM requeues the job (JobRequeue=1), which runs again; reported failed (and retried
+    by Snakemake beside it) only when SLURM did not requeue it; no node excluded from later jobs."""
+    executor = make_executor(tmp_path)
+    requeued, not_requeued = submitted(tmp_path, "31"), submitted(tmp_path, "32")
+    sacct.prints("31|NODE_FAIL\n32|NODE_FAIL\n")
+    squeue = tmp_path / "bin" / "squeue"
+    squeue.write_text("#!/bin/sh\necho '31 PENDING'\necho '32 NODE_FAIL'\n")
+    squeue.chmod(0o755)
+    assert check(executor, [requeued, not_requeued]) == [requeued]
+    assert executor.workflow.scheduler.failed == [not_requeued.job]
+    assert "SLURM job 32 ended as 'NODE_FAIL'" in not_requeued.job.errors[0][0]
+    assert not executor._failed_nodes  # the plugin's --exclude of every node the job had
+
+
 def test_failed_status_query_keeps_jobs_where_the_plugin_drops_them(
     tmp_path: Path, sacct: FakeSacct, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -8,18 +8,22 @@ through the config only (`resources.train.nodes: 2`); profiles/slurm is unchange
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import re
 import shlex
+import signal
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import torch
 
 from snakedvc.launch import rdzv_port
-from tests.conftest import REPO, run_snakemake, slurm_jobs_by_rule
+from tests.conftest import REPO, cluster_up, copy_project, run_snakemake, slurm_jobs_by_rule
 from tests.test_slurm_resume import finish, running_train_job, wait_for_log
 from tests.waiting import wait_until
 
@@ -166,3 +170,75 @@ def test_featurise_shards_and_sweep_trials_spread_over_the_nodes(multinode_clust
         nodes = set().union(*(hostnames(accounted(job)[job]["nodelist"]) for job in jobs))
         assert nodes == {"node1", "node2"}, (kind, nodes)
     assert json.loads((project / "results/sweeps/spread/rungs/rung1.json").read_text())["ranking"]
+
+
+LOST_NODE_TRAIN = [
+    "data={limit: 200}",
+    "train={max_epochs: 1500, patience: 100000, hidden_sizes: [64], checkpoint_every: 50}",
+]
+
+
+def lose_node(node: str) -> list[int]:
+    """A node lost as a power cut loses it: its slurmd and every process of its jobs killed at once
+    (everything in its network namespace, scripts/slurm-cluster's sdvc-<node>). The pids killed."""
+    pids = [int(pid) for pid in subprocess.run(
+        ["ip", "netns", "pids", f"sdvc-{node}"], capture_output=True, text=True, check=True
+    ).stdout.split()]  # fmt: skip
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    return pids
+
+
+@pytest.fixture
+def three_node_cluster() -> Iterator[None]:
+    """The test cluster with three compute nodes: two-node training that loses one has two left."""
+    cluster_up(3)
+    yield
+    cluster_up(3)  # a lost node's slurmd started again (SLURM returns it to service: ReturnToService=2)
+
+
+def test_a_node_lost_in_two_node_training_the_training_resumes_bit_for_bit(
+    three_node_cluster: None, project: Path, tmp_path: Path
+) -> None:
+    target = "results/model/model.pt"
+    reference = copy_project(tmp_path / "reference")
+    run_snakemake(reference, "--profile", "profiles/slurm", "--config", *LOST_NODE_TRAIN, TWO_NODES, "--", target)
+    snakemake = subprocess.Popen(
+        [sys.executable, "-m", "snakemake", "--profile", "profiles/slurm", "--retries", "2",
+         "--config", *LOST_NODE_TRAIN, TWO_NODES, "--", target],
+        cwd=project, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip
+    wait_for_log(project, "epoch 300 ", snakemake)
+    first = running_train_job(project)
+    batch_node, other = sorted(hostnames(running_nodelist(first)))
+    lose_node(other)  # not the batch script's node: the job's second half vanishes under it
+    output = finish(snakemake)
+
+    # SLURM marked the node down and requeued the job (JobRequeue=1): the same job ran again on the
+    # nodes that are up; no retry of Snakemake's ran beside it.
+    assert slurm_jobs_by_rule(output)["train"] == [first], output[-3000:]
+    assert f"SLURM job {first} (rule train) lost a node (NODE_FAIL); SLURM requeued it" in output
+    attempts = wait_until(lambda: job_attempts(first), f"accounting of job {first}'s requeue", timeout=60)
+    assert [state for state, _ in attempts] == ["NODE_FAIL", "COMPLETED"], attempts
+    assert other in hostnames(attempts[0][1]) and other not in hostnames(attempts[1][1]), attempts
+    # The training resumed from its last periodic checkpoint, and ended with the reference's weights, bit for bit.
+    log = (project / "logs/train.log").read_text()
+    assert re.search(r"resumed from epoch \d+ step \d+ \(periodic checkpoint", log), log[-3000:]
+    lost, kept = weights(project / target), weights(reference / target)
+    assert lost.keys() == kept.keys() and all(torch.equal(lost[k], kept[k]) for k in kept)
+
+
+def job_attempts(jobid: str) -> list[tuple[str, str]] | None:
+    """(state, nodelist) of each run of a requeued job (sacct -D), once the last has ended."""
+    out = subprocess.run(
+        ["sacct", "-D", "-X", "-n", "-P", "-j", jobid, "-o", "State,NodeList"], capture_output=True, text=True
+    ).stdout
+    rows = [tuple(line.split("|")) for line in out.splitlines() if line]
+    rows = [(state.split()[0], nodes) for state, nodes in rows]
+    return rows if rows and rows[-1][0] not in ("PENDING", "RUNNING", "COMPLETING", "REQUEUED") else None
+
+
+def running_nodelist(jobid: str) -> str:
+    out = subprocess.run(["squeue", "-h", "-j", jobid, "-o", "%N"], capture_output=True, text=True, check=True)
+    return out.stdout.strip()

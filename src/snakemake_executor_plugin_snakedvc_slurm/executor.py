@@ -124,7 +124,7 @@ def check_plugin_version(installed: str) -> None:
 
 check_plugin_version(importlib.metadata.version(PLUGIN))
 
-# The plugin's fail_stati (check_active_jobs) less NODE_FAIL, which it handles apart (requeue).
+# The plugin's fail_stati (check_active_jobs) less NODE_FAIL (Executor._requeued_after_node_failure).
 FAIL_STATES = frozenset({"BOOT_FAIL", "CANCELLED", "DEADLINE", "FAILED", "OUT_OF_MEMORY", "TIMEOUT", "ERROR"})
 # How the Snakemake inside a SLURM job runs its job, or a group job's jobs (see
 # Executor.format_job_exec); its --cores (the job's CPUs) bounds how many run at once.
@@ -309,6 +309,7 @@ class Executor(SlurmExecutor):
     _pack_ids: frozenset[int] = frozenset()
     _packs_made = 0
     _gather_timer: threading.Timer | None = None
+    _requeue_said: frozenset[str] = frozenset()  # jobs whose requeue after a lost node was said
     _said_capped = False  # a rule's threads capped by --cores: said once
     _submit_room_lock = threading.RLock()  # reentrant: a refused job is submitted again from inside run_job
 
@@ -562,6 +563,12 @@ class Executor(SlurmExecutor):
                 still_active.append(job)  # queued, running, or not in accounting yet (as the plugin does)
                 if word == "PENDING":
                     pending.append(job)
+            elif word == "NODE_FAIL":
+                if await self._requeued_after_node_failure(job):
+                    still_active.append(job)
+                else:
+                    self._report_end(job, state or word)  # Snakemake's retry: SLURM places it on nodes that are up
+                    finished = True
             elif job.external_jobid in from_squeue and word == "COMPLETED":
                 self._report_success(job)
                 finished = True
@@ -601,6 +608,26 @@ class Executor(SlurmExecutor):
             f"it with {others} other short job(s) and ended as '{state}' (SLURM log: {logfile}). ",
             aux_logs=[str(logfile)] if logfile else [],
         )
+
+    async def _requeued_after_node_failure(self, job_info: SubmittedJobInfo) -> bool:
+        # Why: a job that lost a node ends as NODE_FAIL, and SLURM requeues it (JobRequeue=1, its
+        # default): the same job runs again on nodes that are up, and a checkpointing trainer resumes.
+        # The plugin reported it failed, so Snakemake's retry ran beside the requeued job, which then
+        # ran unwatched; and the plugin excluded every node of the job from later sbatch calls
+        # (sacct's NodeList, the healthy nodes too), so a two-node retry could never be placed.
+        try:
+            state = (await asyncio.to_thread(slurm.job_states, [job_info.external_jobid])).get(job_info.external_jobid)
+        except slurm.SlurmUnavailable:
+            return True  # asked again next round
+        if state is None or state.split()[0] not in ACTIVE_STATES:
+            return False
+        if job_info.external_jobid not in self._requeue_said:
+            self._requeue_said = self._requeue_said | {job_info.external_jobid}
+            self.logger.warning(
+                f"SLURM job {job_info.external_jobid} (rule {job_info.job.name}) lost a node (NODE_FAIL); SLURM "
+                "requeued it: it runs again on nodes that are up (a checkpointing training resumes)."
+            )
+        return True
 
     async def _ends_missing_from_accounting(
         self, jobs: list[SubmittedJobInfo], states: dict[str, str]
