@@ -426,11 +426,14 @@ def test_a_job_that_lost_a_node_stays_active_while_slurm_requeues_it(tmp_path: P
     by Snakemake beside it) only when SLURM did not requeue it; no node excluded from later jobs."""
     executor = make_executor(tmp_path)
     requeued, not_requeued = submitted(tmp_path, "31"), submitted(tmp_path, "32")
-    sacct.prints("31|NODE_FAIL\n32|NODE_FAIL\n")
+    packed = [submitted(tmp_path, "33"), submitted(tmp_path, "33")]  # short jobs sharing one SLURM job
+    for member in packed:
+        member.aux["pack"] = "pack1"
+    sacct.prints("31|NODE_FAIL\n32|NODE_FAIL\n33|NODE_FAIL\n")
     squeue = tmp_path / "bin" / "squeue"
-    squeue.write_text("#!/bin/sh\necho '31 PENDING'\necho '32 NODE_FAIL'\n")
+    squeue.write_text("#!/bin/sh\necho '31 PENDING'\necho '32 NODE_FAIL'\necho '33 PENDING'\n")
     squeue.chmod(0o755)
-    assert check(executor, [requeued, not_requeued]) == [requeued]
+    assert check(executor, [requeued, not_requeued, *packed]) == [requeued, *packed]
     assert executor.workflow.scheduler.failed == [not_requeued.job]
     assert "SLURM job 32 ended as 'NODE_FAIL'" in not_requeued.job.errors[0][0]
     assert not executor._failed_nodes  # the plugin's --exclude of every node the job had

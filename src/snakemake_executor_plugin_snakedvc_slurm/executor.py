@@ -553,22 +553,22 @@ class Executor(SlurmExecutor):
         pending: list[SubmittedJobInfo] = []
         for_plugin: list[SubmittedJobInfo] = []
         finished = False
+        requeued: dict[str, bool] = {}  # SLURM job id -> requeued after NODE_FAIL (a pack's members share one)
         for job in jobs:
             state = self._state_of(job, states)
             word = state.split()[0] if state else None
-            if word is not None and word not in ACTIVE_STATES and job.aux.get("pack"):
+            if word == "NODE_FAIL" and await self._requeued_after_node_failure(job, requeued):
+                still_active.append(job)  # the same job runs again (a pack's members with it)
+            elif word is not None and word not in ACTIVE_STATES and job.aux.get("pack"):
                 await self._report_pack_member(job, state or word)
                 finished = True
             elif word is None or word in ACTIVE_STATES:
                 still_active.append(job)  # queued, running, or not in accounting yet (as the plugin does)
                 if word == "PENDING":
                     pending.append(job)
-            elif word == "NODE_FAIL":
-                if await self._requeued_after_node_failure(job):
-                    still_active.append(job)
-                else:
-                    self._report_end(job, state or word)  # Snakemake's retry: SLURM places it on nodes that are up
-                    finished = True
+            elif word == "NODE_FAIL":  # not requeued: Snakemake's retry, which SLURM places on nodes that are up
+                self._report_end(job, state or word)
+                finished = True
             elif job.external_jobid in from_squeue and word == "COMPLETED":
                 self._report_success(job)
                 finished = True
@@ -609,22 +609,25 @@ class Executor(SlurmExecutor):
             aux_logs=[str(logfile)] if logfile else [],
         )
 
-    async def _requeued_after_node_failure(self, job_info: SubmittedJobInfo) -> bool:
+    async def _requeued_after_node_failure(self, job_info: SubmittedJobInfo, known: dict[str, bool]) -> bool:
         # Why: a job that lost a node ends as NODE_FAIL, and SLURM requeues it (JobRequeue=1, its
         # default): the same job runs again on nodes that are up, and a checkpointing trainer resumes.
         # The plugin reported it failed, so Snakemake's retry ran beside the requeued job, which then
         # ran unwatched; and the plugin excluded every node of the job from later sbatch calls
         # (sacct's NodeList, the healthy nodes too), so a two-node retry could never be placed.
-        try:
-            state = (await asyncio.to_thread(slurm.job_states, [job_info.external_jobid])).get(job_info.external_jobid)
-        except slurm.SlurmUnavailable:
-            return True  # asked again next round
-        if state is None or state.split()[0] not in ACTIVE_STATES:
+        jobid = job_info.external_jobid
+        if jobid not in known:
+            try:
+                state = (await asyncio.to_thread(slurm.job_states, [jobid])).get(jobid)
+            except slurm.SlurmUnavailable:
+                state = "PENDING"  # cannot tell: kept, asked again next round
+            known[jobid] = state is not None and state.split()[0] in ACTIVE_STATES
+        if not known[jobid]:
             return False
-        if job_info.external_jobid not in self._requeue_said:
-            self._requeue_said = self._requeue_said | {job_info.external_jobid}
+        if jobid not in self._requeue_said:
+            self._requeue_said = self._requeue_said | {jobid}
             self.logger.warning(
-                f"SLURM job {job_info.external_jobid} (rule {job_info.job.name}) lost a node (NODE_FAIL); SLURM "
+                f"SLURM job {jobid} (rule {job_info.job.name}) lost a node (NODE_FAIL); SLURM "
                 "requeued it: it runs again on nodes that are up (a checkpointing training resumes)."
             )
         return True
