@@ -75,6 +75,9 @@ class Job:
     def log_error(self, msg: str | None = None, **kwargs: Any) -> None:
         self.errors.append((msg or "", kwargs))
 
+    def register(self, external_jobid: str | None = None) -> None:
+        pass
+
 
 class Scheduler:
     """Snakemake's scheduler as the executor reports to it."""
@@ -83,6 +86,9 @@ class Scheduler:
         self.finished: list[Job] = []
         self.failed: list[Job] = []
         self.reported = threading.Event()
+
+    def submit_callback(self, job: Job) -> None:
+        pass
 
     def finish_callback(self, job: Job) -> None:
         self.finished.append(job)
@@ -524,6 +530,28 @@ def test_on_slurm_a_scancelled_job_fails_where_the_plugin_sees_it_running(slurm_
         assert f"SLURM job {jobid} ended as 'CANCELLED by " in message and str(log) in message
     finally:
         subprocess.run(["scancel", jobid], check=False)
+
+
+@pytest.mark.slurm
+def test_on_sigterm_a_pending_job_not_yet_among_the_active_ones_is_cancelled_too(
+    slurm_cluster: None, tmp_path: Path
+) -> None:
+    """A pack is submitted from the gathering timer's thread: between its sbatch and its report it
+    is not among the active jobs. SIGTERM's cancel finds it by the run's job name; a job reported
+    after the SIGTERM is cancelled as it is reported. (Held jobs: pending for as long as the test.)"""
+    executor = make_executor(tmp_path)
+    held = ["sbatch", "--parsable", "--hold", "--job-name", executor.run_uuid, "-o", "/dev/null", "--wrap", "true"]
+    unreported, late = slurm(*held), ""
+    try:
+        executor._cancel_pending_jobs()
+        state = slurm("squeue", "-h", "-j", unreported, "-o", "%T")
+        assert state in ("", "CANCELLED"), state  # (a cancelled pending job may already have left squeue)
+        late = slurm(*held)  # submitted by another thread as the SIGTERM came
+        executor.report_job_submission(SubmittedJobInfo(Job(2), external_jobid=late, aux={}))
+        assert slurm("squeue", "-h", "-j", late, "-o", "%T") in ("", "CANCELLED")
+        assert {unreported, late} <= executor._cancelled_by_us  # their ends are reported as the cancel's
+    finally:
+        subprocess.run(["scancel", unreported, *filter(None, [late])], check=False)
 
 
 EXIT_CODE_SNAKEFILE = """

@@ -228,6 +228,12 @@ def pending_reasons(jobids: Sequence[str]) -> dict[str, tuple[str, str, str]]:
     return found
 
 
+def pending_named(name: str) -> list[str]:
+    """The user's pending jobs named ``name`` (a Snakemake run's jobs carry its run id as their name)."""
+    out = query(["squeue", "--me", "-h", "-t", "PD", "--name", name, "-o", "%i"])
+    return [line.strip() for line in out.splitlines() if line.strip()]
+
+
 def partition_limits() -> dict[str, str]:
     """Partition -> MaxTime as sinfo writes it ("infinite", "1-00:00:00", "10:00"); the default
     partition's name keeps no "*"."""

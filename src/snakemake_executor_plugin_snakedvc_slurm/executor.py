@@ -302,6 +302,7 @@ class Executor(SlurmExecutor):
     _default: str | None = None  # the default partition, once read
     _term_handler_installed = False
     _cancelled_by_us: frozenset[str] = frozenset()  # jobs cancelled here: their end is not news
+    _stopping = False  # SIGTERM came: a job submitted from now on is cancelled as it is reported
     # Accounts whose associations set no submit limit: not asked again. Replaced, never changed in place.
     _unlimited_accounts: frozenset[str] = frozenset()
     _said_submit_limit = False
@@ -884,6 +885,13 @@ class Executor(SlurmExecutor):
     def report_job_submission(self, job_info: SubmittedJobInfo) -> None:
         if job_info.external_jobid:
             self._known_jobids = self._known_jobids | {job_info.external_jobid}
+            if self._stopping and job_info.external_jobid not in self._cancelled_by_us:
+                # submitted (by the gathering timer's thread) after the SIGTERM's cancel looked
+                self._cancelled_by_us = self._cancelled_by_us | {job_info.external_jobid}
+                slurm.cancel([job_info.external_jobid])
+                self.logger.info(
+                    f"SIGTERM: cancelled SLURM job {job_info.external_jobid}, submitted as the run stopped."
+                )
         if not self._is_pack(job_info.job):
             super().report_job_submission(job_info)
             return
@@ -968,17 +976,23 @@ class Executor(SlurmExecutor):
         signal.signal(signal.SIGTERM, on_term)
 
     def _cancel_pending_jobs(self) -> None:
-        with self.lock:
-            ours = [job.external_jobid for job in self.active_jobs]
+        # No lock here: the handler runs in the main thread, which may hold Snakemake's lock
+        # (not reentrant) when the signal comes; a copy of the list is enough.
+        self._stopping = True
+        ours = [job.external_jobid for job in list(self.active_jobs)]
         try:
-            pending = slurm.pending_reasons(ours)
+            # By the run's job name too: a pack is submitted from the gathering timer's thread, and
+            # between its sbatch and its report it is not among the active jobs yet.
+            pending = set(slurm.pending_reasons(ours)) | set(slurm.pending_named(self.run_uuid))
         except slurm.SlurmUnavailable as e:
             self.logger.warning(f"SIGTERM: pending jobs not cancelled, {e}")
             return
         if pending:
-            self._cancelled_by_us = self._cancelled_by_us | set(pending)
-            slurm.cancel(list(pending))
-            self.logger.info(f"SIGTERM: cancelled the pending SLURM job(s) {', '.join(pending)}; running jobs finish.")
+            self._cancelled_by_us = self._cancelled_by_us | pending
+            slurm.cancel(sorted(pending))
+            self.logger.info(
+                f"SIGTERM: cancelled the pending SLURM job(s) {', '.join(sorted(pending))}; running jobs finish."
+            )
 
     # Why the three below: the executor interface quotes the job's paths with Python's repr
     # ('it\\'s' is no shell quoting) or not at all (the interpreter), so a project or venv folder
