@@ -127,3 +127,24 @@ def test_a_failing_packed_stage_fails_only_itself(tmp_path: Path, slurm_cluster:
     assert len(retries) == 1, log[-3000:]
     assert f"(rule stage_item_{BROKEN}) did not finish in SLURM job {first}, which ran it with 11 other" in log
     assert f"rule_stage_item_{BROKEN}/{retries[0]}.log" in log
+
+
+# Each stage waits (up to 2 min) for the other to have started: run one after the other, they fail.
+MEET = (
+    "mkdir -p out started && snakedvc launch -- sh -c "
+    "'touch started/${item} && n=0 && until [ -e started/a ] && [ -e started/b ]; "
+    "do n=$((n+1)); [ $n -lt 240 ] || exit 9; sleep 0.5; done && echo ${item} > out/${item}.txt'"
+)
+
+
+@pytest.mark.slurm
+def test_packed_jobs_launched_as_steps_run_side_by_side(tmp_path: Path, slurm_cluster: None) -> None:
+    """A pack's jobs that each start `snakedvc launch` (a SLURM step, as a sweep's trials do) share
+    the pack's CPUs: each step asking for them all, SLURM would run the steps one at a time."""
+    pipeline = {"stages": {"meet": {"foreach": ["a", "b"], "do": {"cmd": MEET, "outs": ["out/${item}.txt"]}}}}
+    origin = dvc_project(tmp_path / "origin", {"dvc.yaml": yaml.safe_dump(pipeline), "snakedvc.yaml": SHORT})
+    repo = clone(origin, "by-kit")
+    proc = snakedvc(repo, "exp", "run", "--profile", "slurm", check=False)
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
+    assert len(sbatch_ids(run_log(repo))) == 1  # the two stages shared one SLURM job
+    assert sorted(lock(repo)["stages"]) == ["meet@a", "meet@b"]

@@ -354,9 +354,13 @@ def without_job_environment(env: Mapping[str, str]) -> dict[str, str]:
 
 
 def step_command(nodes: int, cpus: int | None) -> list[str]:
-    """srun for one task per node (torchrun's agent, or the command itself); a failed task ends the step."""
+    """srun for one task per node (torchrun's agent, or the command itself); a failed task ends the step.
+
+    A one-node step overlaps: the jobs of a pack (or a group) each start theirs in one allocation,
+    side by side on its CPUs, as Snakemake schedules them there; a step that asked for the CPUs
+    alone would wait for the one before it to end (SLURM gives steps their CPUs exclusively)."""
     return ["srun", f"--nodes={nodes}", "--ntasks-per-node=1", *([f"--cpus-per-task={cpus}"] if cpus else []),
-            "--kill-on-bad-exit=1"]  # fmt: skip
+            *(["--overlap"] if nodes == 1 else []), "--kill-on-bad-exit=1"]  # fmt: skip
 
 
 # --- on the submit host -----------------------------------------------------------------------
