@@ -19,7 +19,7 @@ import yaml
 
 from snakedvc import slurm
 from tests.conftest import REPO, accounted_jobs, git
-from tests.test_dvc_pipeline import clone, dvc, dvc_project, experiment, lock, snakedvc
+from tests.test_dvc_pipeline import clone, dvc, dvc_project, ended_run, experiment, lock, snakedvc
 from tests.test_slurm_faults import SLURMCTLD_PIDFILE
 from tests.test_tutorial import BIN, ENV
 from tests.waiting import wait_until
@@ -113,6 +113,41 @@ def slurm_jobids(said: str) -> list[str]:
     import re
 
     return re.findall(r"has been submitted with SLURM jobid (\d+)", said)
+
+
+ONE_STAGE = {"stages": {"one": {"cmd": "echo 1 > one.txt", "outs": ["one.txt"]}}}
+
+
+def test_a_detached_runs_controller_refused_for_a_submit_limit_waits_for_room(
+    tmp_path: Path, slurm_cluster: None
+) -> None:
+    """`snakedvc submit` with the user's queue full (held jobs up to the QOS's limit): sbatch refuses
+    the controller; submit says so once and waits; when one held job leaves the queue it submits
+    the controller, and the run saves what `dvc exp run` saves."""
+    origin = dvc_project(tmp_path / "origin", {"dvc.yaml": yaml.safe_dump(ONE_STAGE), "snakedvc.yaml": RESOURCES})
+    by_dvc, by_kit = clone(origin, "by-dvc"), clone(origin, "by-kit")
+    dvc(by_dvc, "exp", "run", "-n", "limited")
+    said = tmp_path / "submit.err"
+    with submit_limit("qos"):
+        hold = ["sbatch", "--parsable", "--hold", "--job-name", "queue-filler", "-o", "/dev/null", "--wrap", "true"]
+        held = [slurm.query(hold).strip() for _ in range(LIMIT)]
+        try:
+            with said.open("w") as err:
+                submit = subprocess.Popen(
+                    [str(BIN / "snakedvc"), "submit", "--profile", "slurm", "--name", "limited"],
+                    cwd=by_kit, stdout=subprocess.PIPE, stderr=err, text=True, env=ENV,
+                )  # fmt: skip
+            wait_until(lambda: "for a submit limit" in said.read_text(), "submit to wait for room", 120, proc=submit)
+            slurm.cancel(held[:1])
+            out, _ = submit.communicate(timeout=300)
+        finally:
+            slurm.cancel(held)  # the run's stage job needs room too
+        assert submit.returncode == 0, said.read_text()
+        assert said.read_text().count("for a submit limit") == 1
+        run_id = out.strip()
+        ended = wait_until(lambda: ended_run(by_kit, run_id), f"run {run_id} to end", 300, poll=1)
+    assert ended["state"] == "done", snakedvc(by_kit, "logs", run_id).stdout
+    assert experiment(by_kit, "limited") == experiment(by_dvc, "limited")
 
 
 GATED = """\

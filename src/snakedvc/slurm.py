@@ -12,7 +12,7 @@ import shlex
 import shutil
 import subprocess
 import time
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 
 # States of a job that is still queued or running (SLURM's job state codes).
@@ -293,13 +293,45 @@ class SubmissionFailed(RuntimeError):
     pass
 
 
-def submit_once(command: Sequence[str], name: str, comment: str, known: Collection[str] = (), attempts: int = 3) -> str:
+# A job refused for a submit limit: the user's queue is looked at this often, and the job is
+# submitted again after this long in any case (an account's limit counts other users' jobs too).
+QUEUE_ROOM_POLL_S = 3.0
+QUEUE_ROOM_RETRY_S = 60.0
+
+
+def wait_for_queue_room(refusal: str) -> None:
+    """Returns when one of the user's jobs has left the queue, or after QUEUE_ROOM_RETRY_S.
+    SubmissionFailed when the user has no job queued: no job of theirs will end to make room."""
+    queued = user_queued_jobs()
+    if queued == 0:
+        raise SubmissionFailed(
+            f"{refusal} (you have no job queued, so waiting makes no room: the limit lets you queue none; "
+            "ask your cluster's admins, `sacctmgr show assoc user=$USER` shows it)"
+        )
+    deadline = time.monotonic() + QUEUE_ROOM_RETRY_S
+    while time.monotonic() < deadline:
+        time.sleep(QUEUE_ROOM_POLL_S)
+        if user_queued_jobs() < queued:
+            return
+
+
+def submit_once(
+    command: Sequence[str],
+    name: str,
+    comment: str,
+    known: Collection[str] = (),
+    attempts: int = 3,
+    on_submit_limit: Callable[[str], None] | None = None,
+) -> str:
     """Run ``command`` (an sbatch call with --parsable, --job-name=``name`` and --comment=``comment``,
     unique to this submission) and return the job id. When sbatch fails in a way that may have made
     the job anyway (a timeout), the job is looked for and adopted (find_submitted); only when there
-    is none is it submitted again. ``known``: job ids that an earlier submission already owns."""
+    is none is it submitted again. ``known``: job ids that an earlier submission already owns.
+    ``on_submit_limit``: called with sbatch's error each time it refuses the job for a submit limit;
+    given, the job is submitted again when there is room (wait_for_queue_room), else it fails."""
     error = ""
-    for _ in range(attempts):
+    tries = 0
+    while tries < attempts:
         try:
             proc = subprocess.run(list(command), capture_output=True, text=True, timeout=SBATCH_TIMEOUT_S)
         except subprocess.TimeoutExpired:
@@ -308,6 +340,11 @@ def submit_once(command: Sequence[str], name: str, comment: str, known: Collecti
             if proc.returncode == 0:
                 return proc.stdout.strip().split(";")[0]
             error = proc.stderr.strip() or f"exit {proc.returncode}"
+        if on_submit_limit is not None and is_submit_limit(error):
+            on_submit_limit(error)
+            wait_for_queue_room(error)
+            continue
+        tries += 1
         if not is_ambiguous(error):
             raise SubmissionFailed(error)
         adopted = find_submitted(name, comment, known)

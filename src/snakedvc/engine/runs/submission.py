@@ -86,10 +86,14 @@ def start_controller(run: Run, job: ControllerSettings | None = None) -> Run:
                 controller_job_name(run),
                 controller_job_comment(run),
                 known=run.controller_jobs,
+                on_submit_limit=_SubmitLimitNotice(run),
             )
         except (SubmissionFailed, SlurmUnavailable) as e:
             run.update(**before)
             raise RunError(f"sbatch of the controller of run {run.id} failed: {e}") from None
+        except KeyboardInterrupt:  # while it waited for room in the queue: nothing was submitted
+            run.update(**before)
+            raise
         return run.update(controller_jobs=[*run.controller_jobs, jobid])
     with open(run.log, "ab") as log:
         proc_local = subprocess.Popen(
@@ -103,6 +107,23 @@ def start_controller(run: Run, job: ControllerSettings | None = None) -> Run:
         )
     _DETACHED.append(proc_local)  # it outlives this process on purpose: never reaped here, never warned of
     return run.update(controller_pid=proc_local.pid, controller_host=this_host())
+
+
+class _SubmitLimitNotice:
+    """Says once that sbatch refused the controller for a submit limit and that it is waiting."""
+
+    def __init__(self, run: Run) -> None:
+        self.run, self.said = run, False
+
+    def __call__(self, refusal: str) -> None:
+        if not self.said:
+            self.said = True
+            print(
+                f"snakedvc: SLURM refused the controller of run {self.run.name} for a submit limit ({refusal}). "
+                "Waiting for one of your jobs to leave the queue, then submitting it again (Ctrl-C: submit nothing).",
+                file=sys.stderr,
+                flush=True,
+            )
 
 
 # The local controllers this process started (kept, so that no "still running" warning comes of
