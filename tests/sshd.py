@@ -28,16 +28,18 @@ class SshServer:
     host_key: Path
     client_key: Path
 
-    def laptop_home(self, home: Path, known_host_key: Path | None = None, key: Path | None = None) -> Path:
+    def laptop_home(
+        self, home: Path, known_host_key: Path | None = None, key: Path | None = None, user: str | None = None
+    ) -> Path:
         """A home whose ~/.ssh/config reaches this server as `cluster` (``known_host_key``: the host
         key its known_hosts trusts, default the server's; ``key``: the login key, default the one
-        the server accepts)."""
+        the server accepts; ``user``: the login, default the tests' user)."""
         ssh = home / ".ssh"
         ssh.mkdir(parents=True, mode=0o700)
         trusted = (known_host_key or self.host_key).with_suffix(".pub").read_text().split()[:2]
         (ssh / "known_hosts").write_text(f"[127.0.0.1]:{self.port} {' '.join(trusted)}\n")
         (ssh / "config").write_text(
-            f"Host cluster\n  HostName 127.0.0.1\n  Port {self.port}\n  User {getpass.getuser()}\n"
+            f"Host cluster\n  HostName 127.0.0.1\n  Port {self.port}\n  User {user or getpass.getuser()}\n"
             f"  IdentityFile {key or self.client_key}\n  IdentitiesOnly yes\n  StrictHostKeyChecking yes\n"
             f"  UserKnownHostsFile {ssh / 'known_hosts'}\n"
         )

@@ -6,6 +6,7 @@ by the other; and one user's command in the other's project is refused, saying w
 
 from __future__ import annotations
 
+import json
 import os
 import pwd
 import shlex
@@ -19,6 +20,7 @@ import pytest
 
 from snakedvc.engine.runs.owner import refuse_others_project, refuse_others_run
 from snakedvc.engine.runs.record import RunError
+from tests.sshd import start_sshd
 from tests.waiting import wait_until
 
 BIN = Path(sys.executable).parent
@@ -72,11 +74,13 @@ def lab(tmp_path_factory: pytest.TempPathFactory, slurm_cluster: None) -> Iterat
         for user in USERS:
             home = base / user
             subprocess.run(["useradd", "-m", "-d", str(home), "-G", GROUP, "-s", "/bin/bash", user], check=True)
+            # useradd's accounts are locked ("!"), and sshd refuses a key login to a locked account
+            subprocess.run(["usermod", "-p", "*", user], check=True)
             home.chmod(0o755)  # as on many clusters: others may look, not write
             subprocess.run(["sacctmgr", "-i", "add", "user", user, "account=root"], capture_output=True, check=True)
             homes[user] = home
         wait_until(lambda: all(_associated(user) for user in USERS), "the users' SLURM associations", timeout=60)
-        yield {"cache": cache, **homes}
+        yield {"base": base, "cache": cache, **homes}
     finally:
         for user in USERS:
             subprocess.run(["sacctmgr", "-i", "delete", "user", user], capture_output=True, check=False)
@@ -100,8 +104,8 @@ def _associated(user: str) -> bool:
     return f"UserName={user}(" in out.stdout
 
 
-def make_project(user: str, home: Path, cache: Path) -> Path:
-    project = home / "proj"
+def make_project(user: str, home: Path, cache: Path, name: str = "proj") -> Path:
+    project = home / name
     setup = [
         f"mkdir {shlex.quote(str(project))} && cd {shlex.quote(str(project))}",
         "git init -q -b main",
@@ -163,6 +167,79 @@ def test_two_users_run_at_once_into_one_shared_cache_and_keep_to_their_own(lab: 
         assert f"{projects[ben]} is {ben}'s project, not yours ({ana})" in refused.stderr, refused.stderr
         assert "Traceback" not in refused.stderr + refused.stdout
     assert sorted((str(p), p.stat().st_mtime_ns) for p in projects[ben].rglob("*")) == before
+
+
+def ben_laptop(lab: dict[str, Path], user: str) -> tuple[Path, subprocess.Popen[bytes]]:
+    """``user``'s "laptop": a project in their home, a DVC remote of theirs, and an ~/.ssh/config
+    that reaches a real sshd (started here, in a folder every user can read) as `cluster`, as them."""
+    home = lab[user]
+    folder = lab["base"] / "sshd"
+    folder.mkdir(mode=0o755)
+    server, sshd = start_sshd(folder)
+    key = home / "laptop-key"
+    key.write_bytes(server.client_key.read_bytes())
+    key.chmod(0o600)
+    server.laptop_home(home, key=key, user=user)
+    subprocess.run(["chown", "-R", f"{user}:", str(key), str(home / ".ssh")], check=True)
+    project = home / "laptop" / "proj"
+    setup = [
+        f"mkdir -p {shlex.quote(str(project))} && cd {shlex.quote(str(project))}",
+        "git init -q -b main",
+        f"git config user.name {user} && git config user.email {user}@laptop",
+        f"printf %s {shlex.quote(PIPELINE.format(text='from-the-laptop'))} > dvc.yaml",
+        f"printf %s {shlex.quote(RESOURCES)} > snakedvc.yaml",
+        f"dvc init -q && dvc remote add -d store {shlex.quote(str(home / 'dvc-store'))}",
+        "git add -A && git commit -qm 'a pipeline'",
+    ]
+    as_user(user, " && ".join(setup), home)
+    return project, sshd
+
+
+@pytest.mark.slurm
+def test_one_user_submits_over_ssh_while_another_runs_and_neither_reaches_the_others(lab: dict[str, Path]) -> None:
+    ana, ben = USERS
+    ana_project = make_project(ana, lab[ana], lab["cache"], "alongside")
+    laptop, sshd = ben_laptop(lab, ben)
+    try:
+        kit = shlex.quote(str(BIN / "snakedvc"))
+        clones = lab[ben] / "cluster"
+        as_user(ben, f"snakedvc remote add hpc ssh://cluster{clones} --snakedvc {kit} --profile slurm", laptop)
+        anas_run = subprocess.Popen(
+            ["runuser", "-l", ana, "-c", f"cd {shlex.quote(str(ana_project))} && PATH={shlex.quote(str(BIN))}:$PATH "
+             "snakedvc exp run --profile slurm -n ana-run"],
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        )  # fmt: skip
+        as_user(ben, "snakedvc submit --remote hpc --name ben-remote", laptop)
+        said = anas_run.communicate(timeout=600)[0]
+        assert anas_run.returncode == 0, said[-3000:]
+
+        def bens_runs() -> list[dict]:
+            return json.loads(as_user(ben, "snakedvc runs --remote hpc --json", laptop).stdout)
+
+        wait_until(lambda: [r["state"] for r in bens_runs()] in (["done"], ["failed"]), "ben's remote run", 300)
+        (bens_run,) = bens_runs()
+        assert bens_run["state"] == "done", as_user(ben, f"snakedvc logs --remote hpc {bens_run['id']}", laptop).stdout
+        as_user(ben, "snakedvc pull --remote hpc ben-remote && dvc exp apply ben-remote", laptop)
+        assert (laptop / "out/who.txt").read_text() == f"{ben}\n"  # its SLURM job ran as ben
+        clone = clones / "proj"
+        assert others_files(clone, ben) == [], f"another user's files in {ben}'s clone"
+        # Ana sees only her own run, and may not cancel his.
+        listed = json.loads(as_user(ana, "snakedvc runs --json", ana_project).stdout)
+        assert bens_run["id"] not in {run["id"] for run in listed}
+        refused = as_user(ana, f"snakedvc cancel {bens_run['id']}", clone, check=False)
+        assert refused.returncode != 0 and f"is {ben}'s project, not yours ({ana})" in refused.stderr, refused.stderr
+        # A remote whose folder is in ana's home: refused at the first trip, nothing made there.
+        theirs = lab[ana] / "runs"
+        as_user(ben, f"snakedvc remote add theirs ssh://cluster{theirs} --snakedvc {kit} --profile slurm", laptop)
+        refused = as_user(ben, "snakedvc submit --remote theirs", laptop, check=False)
+        said = refused.stderr
+        assert refused.returncode != 0 and "Traceback" not in said, said
+        assert f"{lab[ana]} on cluster is {ana}'s, and you may not write there" in said, said
+        assert "nothing was sent" in said and "snakedvc remote remove theirs" in said
+        assert not theirs.exists()
+    finally:
+        sshd.terminate()
+        sshd.wait(timeout=10)
 
 
 def test_a_run_or_project_of_another_user_is_refused_naming_the_owner(tmp_path: Path) -> None:

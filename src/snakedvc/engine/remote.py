@@ -301,11 +301,34 @@ def claim_run_id(
     return new_id, commit
 
 
+# The clone's folder ($1) made where missing, only where the login may write: the folder itself
+# (when it is there) must be the login's, else the nearest folder above it that exists must be
+# writable. Exit 96, its owner printed, where it is not (another user's home on a shared login node).
+_MAKE_CLONE = """\
+folder=$1 probe=$1
+while [ ! -e "$probe" ]; do probe=$(dirname -- "$probe"); done
+if { [ -e "$folder" ] && [ ! -O "$folder" ]; } || [ ! -w "$probe" ]; then
+  printf '%s\\n%s\\n' "$probe" "$(stat -c %U -- "$probe")"; exit 96
+fi
+exec git init -q -- "$folder"
+"""
+NOT_YOURS = 96
+
+
 def make_clone(remote: Remote, project: str) -> str:
     """The project's clone on the remote, made where missing: the first trip, so also the login's
     check (a RemoteError naming the host key or the login) before anything is frozen or pushed."""
     folder = remote.project_dir(project)
-    made = run_ssh(remote, ["git", "init", "-q", folder])
+    made = run_ssh(remote, ["sh", "-c", _MAKE_CLONE, "sh", folder])
+    if made.returncode == NOT_YOURS:
+        where, _, owner = made.stdout.strip().partition("\n")
+        host = remote.destination.rpartition("@")[2]
+        raise RemoteError(
+            f"remote {remote.name}: {where} on {host} is {owner}'s, and you may not write there, so the project's "
+            f"clone {folder} cannot be made; nothing was sent. A remote's folder must be one of your own: "
+            f"`snakedvc remote remove {remote.name}`, then add it again with a folder of yours "
+            f"(`snakedvc remote add {remote.name} ssh://{remote.destination}/<a folder of yours>`)."
+        )
     if made.returncode != 0:
         raise RemoteError(f"remote {remote.name}: cannot make the project's clone {folder}: {made.stderr.strip()}")
     return folder
