@@ -13,6 +13,7 @@ import shutil
 import signal
 import subprocess
 import tempfile
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -134,3 +135,115 @@ async def _inspect(port: int, page: Path, screenshot: Path) -> PageView:
             shot = await call("Page.captureScreenshot", format="png", captureBeyondViewport=True)
             screenshot.write_bytes(base64.b64decode(shot["data"]))
     return PageView(errors=errors, **state)
+
+
+class Tab:
+    """A live tab of a headless Chromium, driven over the DevTools protocol from synchronous test
+    code: each call runs on the tab's own event loop (a thread), so the page keeps running between."""
+
+    def __init__(self, port: int) -> None:
+        self.errors: list[str] = []
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
+        self._thread.start()
+        self._ids = iter(range(1, 10**9))
+        self._waiting: dict[int, asyncio.Future[dict[str, Any]]] = {}
+        self._run(self._connect(port))
+
+    def _run(self, coroutine: Any, timeout: float = 120) -> Any:
+        return asyncio.run_coroutine_threadsafe(coroutine, self._loop).result(timeout)
+
+    async def _connect(self, port: int) -> None:
+        self._session = aiohttp.ClientSession()
+        async with self._session.get(f"http://127.0.0.1:{port}/json") as response:
+            targets = await response.json()
+        url = next(t["webSocketDebuggerUrl"] for t in targets if t["type"] == "page")
+        self._ws = await self._session.ws_connect(url, max_msg_size=0)
+        self._reader = asyncio.ensure_future(self._read())
+        for domain in ("Page", "Runtime", "Log"):
+            await self._call(f"{domain}.enable")
+        await self._call(
+            "Emulation.setDeviceMetricsOverride", width=1280, height=900, deviceScaleFactor=1, mobile=False
+        )
+
+    async def _read(self) -> None:
+        async for message in self._ws:
+            body = json.loads(message.data)
+            future = self._waiting.pop(body.get("id", -1), None)
+            if future is not None:
+                future.set_result(body)
+            elif body.get("method") == "Runtime.exceptionThrown":
+                self.errors.append(json.dumps(body["params"].get("exceptionDetails", {}))[:500])
+            elif body.get("method") == "Runtime.consoleAPICalled" and body["params"].get("type") == "error":
+                self.errors.append(json.dumps(body["params"].get("args", []))[:500])
+
+    async def _call(self, method: str, **params: Any) -> dict[str, Any]:
+        number = next(self._ids)
+        future: asyncio.Future[dict[str, Any]] = self._loop.create_future()
+        self._waiting[number] = future
+        await self._ws.send_str(json.dumps({"id": number, "method": method, "params": params}))
+        body = await future
+        if "error" in body:
+            raise RuntimeError(f"{method}: {body['error']}")
+        return dict(body.get("result", {}))
+
+    def goto(self, url: str) -> None:
+        self._run(self._call("Page.navigate", url=url))
+
+    def evaluate(self, expression: str) -> Any:
+        """The value of a JavaScript expression in the page (JSON-able)."""
+        result = self._run(self._call("Runtime.evaluate", expression=expression, returnByValue=True))
+        if "exceptionDetails" in result:
+            raise RuntimeError(f"{expression}: {result['exceptionDetails']}")
+        return result["result"].get("value")
+
+    def wait_for(self, expression: str, what: str, timeout: float = 60) -> Any:
+        """Polls ``expression`` until it is truthy; its value. Names ``what`` and the page's text if not."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            with contextlib.suppress(RuntimeError):  # the page is loading
+                value = self.evaluate(expression)
+                if value:
+                    return value
+            time.sleep(0.2)
+        text = self.evaluate("document.body ? document.body.innerText : ''")
+        raise AssertionError(f"the page never showed {what} in {timeout:g} s; it shows:\n{str(text)[:3000]}")
+
+    def screenshot(self, path: Path) -> None:
+        shot = self._run(self._call("Page.captureScreenshot", format="png", captureBeyondViewport=True))
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(base64.b64decode(shot["data"]))
+
+    def close(self) -> None:
+        async def shut() -> None:
+            self._reader.cancel()
+            await self._ws.close()
+            await self._session.close()
+
+        with contextlib.suppress(Exception):
+            self._run(shut(), timeout=10)
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(timeout=10)
+
+
+@contextlib.contextmanager
+def chromium_tab(timeout: float = 180) -> Any:
+    """A headless Chromium with one tab (Tab), stopped with its whole process group at the end."""
+    if not CHROMIUM:
+        raise RuntimeError("chromium is not installed (scripts/ensure-apt chromium)")
+    with tempfile.TemporaryDirectory(prefix="chromium-", ignore_cleanup_errors=True) as profile:
+        proc = subprocess.Popen(
+            [CHROMIUM, "--headless=new", "--no-sandbox", "--disable-gpu", "--no-first-run",
+             "--remote-debugging-port=0", f"--user-data-dir={profile}", "about:blank"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True,
+        )  # fmt: skip
+        tab = None
+        try:
+            tab = Tab(_devtools_port(proc, timeout))
+            yield tab
+        finally:
+            if tab is not None:
+                tab.close()
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()

@@ -472,6 +472,41 @@ def cmd_runs(args: argparse.Namespace) -> None:
         print(f"pending save in {root}: {describe_pending(left)} (`snakedvc pending` says more)")
 
 
+def cmd_ui(args: argparse.Namespace) -> None:
+    from snakedvc.engine.runs import repository_root
+
+    try:
+        import aiohttp  # noqa: F401
+        import plotly  # noqa: F401
+    except ImportError as e:
+        raise SystemExit(
+            f"snakedvc ui: error: {e.name} is not installed: the page needs the `ui` extra "
+            "(pip install 'snakedvc[ui]', in the environment that runs snakedvc)"
+        ) from None
+    from snakedvc.engine.ui.api import LocalSource, RemoteSource, serve_stdio
+    from snakedvc.engine.ui.server import serve
+
+    root = repository_root(".")
+    if args.stdio:  # the far end of `ui --remote`: answers the API over SSH's stdin and stdout
+        serve_stdio(LocalSource(root))
+        return
+    if args.remote:
+        from snakedvc.engine.remote import get_remote, make_clone, project_name, ssh_argv
+
+        remote = get_remote(root, args.remote)
+        folder = make_clone(remote, project_name(root))  # also the login's check, with its words
+        argv = ssh_argv(remote, [remote.snakedvc, "-C", folder, "ui", "--stdio"])
+        source: LocalSource | RemoteSource = RemoteSource(argv, f"remote {remote.name}")
+        title = f"{project_name(root)} on {remote.name}"
+    else:
+        source, title = LocalSource(root), root.name
+    try:
+        serve(source, args.port, title, lambda line: print(line, flush=True))
+    finally:
+        if isinstance(source, RemoteSource):
+            source.close()
+
+
 def cmd_pending(args: argparse.Namespace) -> None:
     from snakedvc.engine.finish import WAY_OUT, describe_pending, drop_pending, pending_save
     from snakedvc.engine.runs import repository_root
@@ -834,6 +869,11 @@ def _add_watch_commands(step: Step) -> None:
     p.add_argument("--json", action="store_true", help="machine-readable")
     p.add_argument("--remote", metavar="NAME", help=remote_help)
 
+    p = step("ui", cmd_ui, "serve a live page of the project's runs, sweeps and experiments (with its token)")
+    p.add_argument("--port", type=int, default=0, help="the port on 127.0.0.1 (default: a free one)")
+    p.add_argument("--remote", metavar="NAME", help="the runs on that remote, over one SSH connection")
+    p.add_argument("--stdio", action="store_true", help=argparse.SUPPRESS)
+
     p = step("logs", cmd_logs, "show a run's controller log")
     p.add_argument("run", help="run id, id prefix or name")
     p.add_argument("-f", "--follow", action="store_true", help="follow until the run ends")
@@ -917,7 +957,7 @@ def _hear_sigint() -> None:
 # Commands that work in a project (its runs, its DVC experiments): refused in another user's
 # (snakedvc.engine.runs.owner), which git and DVC refuse with words that do not say so.
 PROJECT_COMMANDS = frozenset(
-    {"submit", "runs", "logs", "cancel", "resume", "clean", "pending", "exp", "queue", "pull", "init"}
+    {"submit", "runs", "logs", "cancel", "resume", "clean", "pending", "exp", "queue", "pull", "init", "ui"}
 )
 
 

@@ -1,0 +1,1 @@
+"""`snakedvc ui`: one live page for the project's runs, sweeps and experiments (issue 53)."""

@@ -1,0 +1,275 @@
+"""What `snakedvc ui` shows, read from what the kit already records; it keeps no database.
+
+Runs are `snakedvc runs --json`'s rows (runs.describe); a run adds its dvclive curves, its SLURM
+jobs and its log's end. Sweeps are read from their folders (the asha decision log, each
+trial-rung's metrics and dvclive folder, the report once written). Experiments are
+`dvc exp show -A`'s, read through DVC's command under the kit's lock, and read again only when a
+git ref has moved; the curves of an experiment come from the dvclive files it committed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import csv
+import hashlib
+import io
+import json
+import subprocess
+import sys
+import threading
+from pathlib import Path
+from typing import Any
+
+from snakedvc.engine.page import read_curves
+from snakedvc.engine.runs.record import RunError
+from snakedvc.engine.runs.state import describe, find_run, list_runs
+from snakedvc.live import PLOTS_DIR, find_logs
+
+LOG_TAIL_LINES = 200
+
+
+def runs(root: Path) -> list[dict[str, Any]]:
+    """Every detached run of the project, newest first, as `snakedvc runs --json` lists them."""
+    return [describe(run) for run in reversed(list_runs(root))]
+
+
+def run(root: Path, run_id: str) -> dict[str, Any]:
+    """One run: its row, each dvclive folder's curves, its SLURM jobs and the end of its log."""
+    found = find_run(root, run_id)
+    row = describe(found)
+    curves = {}
+    if found.workspace.is_dir():
+        for folder in find_logs(found.workspace, skip=(".git", ".snakemake", ".dvc", ".snakedvc")):
+            curves[str(folder.relative_to(found.workspace))] = _curves(folder)
+    log = found.log.read_text(errors="replace").splitlines()[-LOG_TAIL_LINES:] if found.log.is_file() else []
+    return {**row, "curves": curves, "log": log, "log_path": str(found.log), "workspace": str(found.workspace)}
+
+
+def _curves(folder: Path) -> dict[str, list[list[float]]]:
+    return {name: [[step, value] for step, value in points] for name, points in read_curves(folder).items()}
+
+
+# --- sweeps ---------------------------------------------------------------------------------
+
+
+def sweep_folders(root: Path) -> dict[str, Path]:
+    """Sweep name -> its folder (``<dir>/<name>`` with trials/), in the project and in its runs' workspaces."""
+    found: dict[str, Path] = {}
+    patterns = ("*/sweeps/*/trials", "*/*/sweeps/*/trials", ".snakedvc/runs/*/workspace/*/sweeps/*/trials")
+    for pattern in patterns:
+        for trials in sorted(root.glob(pattern)):
+            folder = trials.parent
+            key = folder.name if folder.name not in found else str(folder.relative_to(root))
+            found[key] = folder
+    return found
+
+
+def sweeps(root: Path) -> list[dict[str, Any]]:
+    return [_sweep_row(name, folder) for name, folder in sweep_folders(root).items()]
+
+
+def _sweep_row(name: str, folder: Path) -> dict[str, Any]:
+    trials = sorted(p.name for p in (folder / "trials").iterdir() if p.is_dir())
+    return {
+        "name": name,
+        "folder": str(folder),
+        "trials": len(trials),
+        "ended": (folder / "report/summary.csv").is_file(),
+    }
+
+
+def sweep(root: Path, name: str) -> dict[str, Any]:
+    """One sweep: each trial's rungs and metric, its fate and why (asha's log), curves, params."""
+    folders = sweep_folders(root)
+    if name not in folders:
+        raise RunError(f"no sweep {name!r} in {root} (the page's Sweeps list names them)")
+    folder = folders[name]
+    trials = {p.name: _trial(p) for p in sorted((folder / "trials").iterdir()) if p.is_dir()}
+    summary = _summary(folder / "report/summary.csv")
+    for row in summary:
+        trial = trials.setdefault(str(row["trial"]), {"rungs": {}, "curves": {}})
+        trial["params"] = {k: v for k, v in row.items() if "." in k}
+        trial["best"] = str(row.get("best")).lower() == "true"
+    fates, explained = _asha(folder, bool(summary))
+    for trial_id, fate in fates.items():
+        trials.setdefault(trial_id, {"rungs": {}, "curves": {}})["fate"] = fate
+    metric = _sweep_metric(folder)
+    return {"name": name, "folder": str(folder), "ended": bool(summary), "trials": trials, "explain": explained,
+            "metric": metric}  # fmt: skip
+
+
+def _sweep_metric(folder: Path) -> str:
+    """The metric the sweep ranks by (its report's plan, or the asha decision log's header)."""
+    for source in (folder / "report/plan.json", folder / "asha/decisions.jsonl"):
+        with contextlib.suppress(OSError, ValueError, IndexError, KeyError):
+            first = json.loads(source.read_text().splitlines()[0] if source.suffix == ".jsonl" else source.read_text())
+            return str(first["metric"])
+    return ""
+
+
+def _trial(folder: Path) -> dict[str, Any]:
+    rungs: dict[str, Any] = {}
+    curves: dict[str, Any] = {}
+    for rung in sorted(folder.glob("rung*"), key=lambda p: int(p.name[4:] or 0)):
+        metrics = rung / "metrics.json"
+        with contextlib.suppress(OSError, ValueError):
+            rungs[rung.name[4:]] = json.loads(metrics.read_text())
+        for live in rung.glob("*/" + str(PLOTS_DIR)):
+            curves = _curves(live.parent.parent)  # the furthest rung's folder holds the whole curve
+    return {"rungs": rungs, "curves": curves}
+
+
+def _summary(path: Path) -> list[dict[str, Any]]:
+    if not path.is_file():
+        return []
+    return list(csv.DictReader(io.StringIO(path.read_text())))
+
+
+def _asha(folder: Path, ended: bool) -> tuple[dict[str, str], str]:
+    """Each trial's fate as the asha decision log tells it (training, waiting or stopped at a rung,
+    and why), and what `sweep-explain` says; nothing for the other strategies (their report tells it)."""
+    log = folder / "asha" / "decisions.jsonl"
+    if not log.is_file():
+        return {}, ""
+    from snakedvc.engine.sweep.decisions import read_log
+    from snakedvc.engine.sweep.explain import explain
+
+    try:
+        header, events = read_log(log)
+        text, _ = explain(log)
+    except Exception as e:  # noqa: BLE001 - a log being appended to: read whole next time
+        return {}, f"(the decision log is being written: {e})"
+    fates: dict[str, str] = {}
+    for event in events:
+        if event["event"] == "decision" and event["action"] == "train":
+            fates[event["trial"]] = f"training to rung {event['rung']} ({header.rungs[event['rung']]} epochs)"
+    last = len(header.rungs) - 1
+    for line in text.splitlines():
+        if not (line.startswith("rung ") and "best first" in line):
+            continue
+        head, _, listed = line.partition(": ")
+        rung = int(head.split()[1])
+        entries = [entry.split() for entry in listed.split(", ") if entry.strip()]
+        for rank, entry in enumerate(entries, 1):
+            if len(entry) == 3 or fates.get(entry[0], "").startswith(f"training to rung {rung + 1}"):
+                continue  # promoted: its fate is a later rung's
+            where = f"rung {rung} ({header.rungs[rung]} epochs): ranked {rank} of {len(entries)} there"
+            if rung == last:
+                fates[entry[0]] = f"reached the last rung, {where}"
+            else:
+                verb = "stopped at" if ended else "waiting at"
+                fates[entry[0]] = f"{verb} {where} (ASHA promotes the best 1 in {header.eta})"
+    winner = text.splitlines()[-2] if ended else ""
+    if winner.startswith("winner: ") and winner.split()[1] != "none":
+        fates[winner.split()[1]] = f"winner ({fates.get(winner.split()[1], '')})"
+    return fates, text
+
+
+# --- DVC's experiments ----------------------------------------------------------------------
+
+
+class Experiments:
+    """`dvc exp show -A --json`, read again only when a git ref (or HEAD) moved since the last read."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self._stamp = ""
+        self._rows: list[dict[str, Any]] = []
+        self._lock = threading.Lock()
+
+    def rows(self) -> list[dict[str, Any]]:
+        with self._lock:
+            stamp = _refs_stamp(self.root)
+            if stamp != self._stamp:
+                self._rows, self._stamp = _exp_show(self.root), stamp
+            return self._rows
+
+    def compare(self, revs: list[str]) -> dict[str, Any]:
+        """The picked experiments' params and metrics side by side (keys that differ marked) and curves."""
+        picked = [row for row in self.rows() if row["rev"] in revs or row["name"] in revs]
+        keys = {kind: sorted({k for row in picked for k in row[kind]}) for kind in ("params", "metrics")}
+        differ = {
+            kind: [k for k in keys[kind] if len({json.dumps(row[kind].get(k)) for row in picked}) > 1] for kind in keys
+        }
+        curves = {row["name"] or row["rev"][:7]: committed_curves(self.root, row["rev"]) for row in picked}
+        return {"experiments": picked, "keys": keys, "differ": differ, "curves": curves}
+
+
+def _refs_stamp(root: Path) -> str:
+    out = subprocess.run(
+        ["git", "for-each-ref", "--format=%(objectname) %(refname)"], cwd=root, capture_output=True, text=True
+    ).stdout
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True).stdout
+    return hashlib.sha1((out + head).encode()).hexdigest()
+
+
+def _exp_show(root: Path) -> list[dict[str, Any]]:
+    from snakedvc.engine.tracking import repo_lock
+
+    with repo_lock(root):
+        proc = subprocess.run(
+            [sys.executable, "-m", "dvc", "exp", "show", "-A", "--json"], cwd=root, capture_output=True, text=True
+        )
+    if proc.returncode != 0:
+        raise RunError(f"dvc exp show -A --json failed in {root}: {proc.stderr.strip()[-2000:]}")
+    rows = []
+    for baseline in json.loads(proc.stdout or "[]"):
+        rows.append(_exp_row(baseline, baseline, None))
+        for experiment in baseline.get("experiments") or []:
+            for rev in experiment.get("revs") or []:
+                rows.append(_exp_row(rev, baseline, experiment.get("name")))
+    return rows
+
+
+def _exp_row(entry: dict[str, Any], baseline: dict[str, Any], name: str | None) -> dict[str, Any]:
+    data = entry.get("data") or {}
+    flat: dict[str, dict[str, Any]] = {"params": {}, "metrics": {}}
+    for kind in flat:
+        for file, content in (data.get(kind) or {}).items():
+            for key, value in _flatten(content.get("data") or {}).items():
+                flat[kind][f"{file}:{key}"] = value
+    return {
+        "rev": entry.get("rev", ""),
+        "name": entry.get("name") or name or "",
+        "baseline": baseline.get("name") or baseline.get("rev", "")[:7],
+        "is_baseline": entry is baseline,
+        "created": data.get("timestamp"),
+        **flat,
+    }
+
+
+def _flatten(values: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    flat: dict[str, Any] = {}
+    for key, value in values.items():
+        if isinstance(value, dict):
+            flat.update(_flatten(value, f"{prefix}{key}."))
+        else:
+            flat[f"{prefix}{key}"] = value
+    return flat
+
+
+def committed_curves(root: Path, rev: str) -> dict[str, list[list[float]]]:
+    """The dvclive curves (plots/metrics/*.tsv) an experiment's commit holds, name -> [[step, value]]."""
+    listed = subprocess.run(["git", "ls-tree", "-r", "--name-only", rev], cwd=root, capture_output=True, text=True)
+    curves: dict[str, list[list[float]]] = {}
+    for path in listed.stdout.splitlines():
+        if f"/{PLOTS_DIR}/" not in f"/{path}" or not path.endswith(".tsv"):
+            continue
+        text = subprocess.run(["git", "show", f"{rev}:{path}"], cwd=root, capture_output=True, text=True).stdout
+        name = path.split(f"{PLOTS_DIR}/", 1)[1].removesuffix(".tsv")
+        curves[name] = _tsv_points(text)
+    return curves
+
+
+def _tsv_points(text: str) -> list[list[float]]:
+    lines = text.splitlines()
+    if not lines:
+        return []
+    header = lines[0].split("\t")
+    step = header.index("step") if "step" in header else 0
+    points = []
+    for line in lines[1:]:
+        cells = line.split("\t")
+        with contextlib.suppress(ValueError, IndexError):
+            points.append([float(cells[step]), float(cells[-1])])
+    return points
