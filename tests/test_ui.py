@@ -213,3 +213,25 @@ def test_ui_without_plotly_names_the_extra_to_install(tmp_path: Path) -> None:
     code = "import sys; sys.modules['plotly'] = None; from snakedvc.cli import main; sys.exit(main(['ui']))"
     proc = subprocess.run([sys.executable, "-c", code], cwd=project(tmp_path), capture_output=True, text=True)
     assert proc.returncode != 0 and "pip install 'snakedvc[ui]'" in proc.stderr, proc.stderr
+
+
+@pytest.mark.slurm
+def test_a_slurm_runs_page_lists_its_jobs_and_opens_a_jobs_log(tmp_path: Path, slurm_cluster: None) -> None:
+    repo = project(tmp_path)
+    (repo / "snakedvc.yaml").write_text('resources:\n  "*": {runtime: 10, mem: 100MB}\n')  # a SLURM job of its own
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", "resources")
+    # lr a string: the training fails, and its SLURM job's log is kept (a successful job's is deleted)
+    run_id = snakedvc(repo, "submit", "--profile", "slurm", "--name", "on-slurm", "-S", "lr=oops").stdout.strip()
+    ended = wait_until(lambda: ended_run(repo, run_id), f"run {run_id} to end", 300, poll=1)
+    assert ended["state"] == "failed", snakedvc(repo, "logs", run_id).stdout
+    with ui(repo) as address, chromium_tab() as tab:
+        tab.goto(address + f"#/run/{run_id}")
+        jobs = "[...document.querySelectorAll('#jobs td')].map(td => td.innerText)"
+        cells = tab.wait_for(f"{jobs}.includes('FAILED') && {jobs}", "the run's SLURM job, accounted")
+        assert ended["slurm_jobs"][0] in cells and "stage_train" in cells, cells
+        tab.evaluate("document.querySelector('#jobs a').click()")
+        shown = tab.wait_for(
+            "!document.getElementById('joblog').hidden && document.getElementById('joblog').innerText", "the job's log"
+        )
+        assert "python3 train.py" in shown and "Error in rule stage_train" in shown and tab.errors == [], shown

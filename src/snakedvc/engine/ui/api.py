@@ -1,7 +1,8 @@
 """The page's one JSON API, answered from a project here (LocalSource) or on a remote's clone
 through one SSH connection (RemoteSource, which talks to `snakedvc ui --stdio` there).
 
-Requests are paths: ``/api/runs``, ``/api/runs/<id>``, ``/api/sweeps``, ``/api/sweeps/<name>``,
+Requests are paths: ``/api/runs``, ``/api/runs/<id>``, ``/api/runs/<id>/jobs/<SLURM job>`` (its
+log's end), ``/api/sweeps``, ``/api/sweeps/<name>``,
 ``/api/experiments``, ``/api/compare?rev=A&rev=B``. Over --stdio one JSON line asks
 (``{"path": ..., "query": {...}}``) and one JSON line answers (``{"ok": ...}`` or ``{"error": ...}``).
 """
@@ -38,9 +39,10 @@ class LocalSource:
         routes: dict[tuple[str, int], Callable[[list[str]], Any]] = {
             ("runs", 1): lambda p: data.runs(self.root),
             ("runs", 2): lambda p: data.run(self.root, p[1]),
+            ("runs", 4): lambda p: data.job_log(self.root, p[1], p[3]),  # /api/runs/<id>/jobs/<jobid>
             ("sweeps", 1): lambda p: data.sweeps(self.root),
             ("sweeps", 2): lambda p: data.sweep(self.root, p[1]),
-            ("experiments", 1): lambda p: self.experiments.rows(),
+            ("experiments", 1): lambda p: self.experiments.listing(),
             ("compare", 1): lambda p: self.experiments.compare(query.get("rev", [])),
         }
         route = routes.get((parts[0], len(parts))) if parts else None

@@ -20,9 +20,10 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from snakedvc import slurm
 from snakedvc.engine.page import read_curves
-from snakedvc.engine.runs.record import RunError
-from snakedvc.engine.runs.state import describe, find_run, list_runs
+from snakedvc.engine.runs.record import Run, RunError
+from snakedvc.engine.runs.state import describe, find_run, list_runs, submitted_slurm_jobs
 from snakedvc.live import PLOTS_DIR, find_logs
 
 LOG_TAIL_LINES = 200
@@ -42,7 +43,50 @@ def run(root: Path, run_id: str) -> dict[str, Any]:
         for folder in find_logs(found.workspace, skip=(".git", ".snakemake", ".dvc", ".snakedvc")):
             curves[str(folder.relative_to(found.workspace))] = _curves(folder)
     log = found.log.read_text(errors="replace").splitlines()[-LOG_TAIL_LINES:] if found.log.is_file() else []
-    return {**row, "curves": curves, "log": log, "log_path": str(found.log), "workspace": str(found.workspace)}
+    return {**row, "curves": curves, "log": log, "log_path": str(found.log), "workspace": str(found.workspace),
+            "slurm": _slurm_jobs(found)}  # fmt: skip
+
+
+def _slurm_jobs(found: Run) -> list[dict[str, str]]:
+    """The run's SLURM jobs: rule (from its log's folder), state, elapsed time, nodes, log."""
+    logs = submitted_slurm_jobs(found.log.read_text(errors="replace")) if found.log.is_file() else {}
+    fields = ("JobID", "State", "Elapsed", "NodeList")
+    accounted = {row["JobID"]: row for row in slurm.accounting(list(logs), fields) if "." not in row["JobID"]}
+    kept = {jobid: log for jobid, log in logs.items() if log and _job_log_path(found, log).is_file()}
+    return [
+        {
+            "id": jobid,
+            "rule": _rule_of(log),
+            "log": kept.get(jobid, ""),  # (the profile deletes a successful job's log)
+            "state": accounted.get(jobid, {}).get("State", "?"),
+            "elapsed": accounted.get(jobid, {}).get("Elapsed", ""),
+            "nodes": accounted.get(jobid, {}).get("NodeList", ""),
+        }  # fmt: skip
+        for jobid, log in logs.items()
+    ]
+
+
+def _job_log_path(found: Run, log: str) -> Path:
+    return Path(log) if Path(log).is_absolute() else found.workspace / log
+
+
+def _rule_of(log: str) -> str:
+    """The rule (or group) a SLURM job ran, from its log's folder (logs/slurm/rule_<rule>/<id>.log)."""
+    folder = Path(log).parent.name if log else ""
+    if folder.startswith("group_"):
+        return f"group {folder.removeprefix('group_')}"
+    return folder.removeprefix("rule_")
+
+
+def job_log(root: Path, run_id: str, jobid: str) -> dict[str, Any]:
+    """The end of one of the run's SLURM jobs' logs (only a log the run's controller log names)."""
+    found = find_run(root, run_id)
+    logs = submitted_slurm_jobs(found.log.read_text(errors="replace")) if found.log.is_file() else {}
+    if not logs.get(jobid):
+        raise RunError(f"run {run_id} names no log of SLURM job {jobid}")
+    path = _job_log_path(found, logs[jobid])
+    lines = path.read_text(errors="replace").splitlines()[-LOG_TAIL_LINES:] if path.is_file() else ["(no such file)"]
+    return {"path": str(path), "lines": lines}
 
 
 def _curves(folder: Path) -> dict[str, list[list[float]]]:
@@ -169,20 +213,47 @@ def _asha(folder: Path, ended: bool) -> tuple[dict[str, str], str]:
 
 
 class Experiments:
-    """`dvc exp show -A --json`, read again only when a git ref (or HEAD) moved since the last read."""
+    """`dvc exp show -A --json`, read again only when a git ref (or HEAD) moved since the last read.
+
+    DVC reads every experiment's commit (about 10 s for 1,000 here): ``listing`` answers at once
+    with what git names (experiments, baselines, dates) and DVC's params and metrics where it has
+    read them, while DVC reads in the background (``complete`` says when it has)."""
 
     def __init__(self, root: Path) -> None:
         self.root = root
         self._stamp = ""
         self._rows: list[dict[str, Any]] = []
         self._lock = threading.Lock()
+        self._reading: threading.Thread | None = None
+        self._error = ""
 
     def rows(self) -> list[dict[str, Any]]:
+        """DVC's rows, current (read now if a ref moved)."""
         with self._lock:
             stamp = _refs_stamp(self.root)
             if stamp != self._stamp:
                 self._rows, self._stamp = _exp_show(self.root), stamp
             return self._rows
+
+    def listing(self) -> dict[str, Any]:
+        stamp = _refs_stamp(self.root)
+        with self._lock:
+            if stamp == self._stamp:
+                return {"rows": self._rows, "complete": True, "error": ""}
+            if self._reading is None or not self._reading.is_alive():
+                self._reading = threading.Thread(target=self._read, args=(stamp,), daemon=True)
+                self._reading.start()
+            known = {row["rev"]: row for row in self._rows}
+        return {"rows": _git_listing(self.root, known), "complete": False, "error": self._error}
+
+    def _read(self, stamp: str) -> None:
+        try:
+            rows = _exp_show(self.root)
+        except RunError as e:
+            self._error = str(e)
+            return
+        with self._lock:
+            self._rows, self._stamp, self._error = rows, stamp, ""
 
     def compare(self, revs: list[str]) -> dict[str, Any]:
         """The picked experiments' params and metrics side by side (keys that differ marked) and curves."""
@@ -201,6 +272,32 @@ def _refs_stamp(root: Path) -> str:
     ).stdout
     head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True).stdout
     return hashlib.sha1((out + head).encode()).hexdigest()
+
+
+def _git_listing(root: Path, known: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
+    """The experiments as git names them (refs/exps/<baseline>/<name>), each baseline first; DVC's
+    params and metrics where ``known`` (an earlier read) has them."""
+    out = subprocess.run(
+        ["git", "for-each-ref", "--format=%(objectname) %(refname) %(creatordate:iso-strict)", "refs/exps"],
+        cwd=root, capture_output=True, text=True,
+    ).stdout  # fmt: skip
+    by_baseline: dict[str, list[dict[str, Any]]] = {}
+    for line in out.splitlines():
+        rev, ref, created = line.split(" ")
+        parts = ref.split("/")
+        if len(parts) != 5:  # refs/exps/ab/cdef.../name (not DVC's own exec or stash refs)
+            continue
+        baseline = parts[2] + parts[3]
+        empty: dict[str, Any] = {"params": {}, "metrics": {}}
+        row = {**empty, **known.get(rev, {}), "rev": rev, "name": parts[4], "baseline": baseline[:7],
+               "is_baseline": False, "created": created}  # fmt: skip
+        by_baseline.setdefault(baseline, []).append(row)
+    rows: list[dict[str, Any]] = []
+    for baseline, experiments in by_baseline.items():
+        first = known.get(baseline, {"params": {}, "metrics": {}, "name": ""})
+        rows.append({**first, "rev": baseline, "baseline": baseline[:7], "is_baseline": True})
+        rows += sorted(experiments, key=lambda row: str(row["created"]))
+    return rows
 
 
 def _exp_show(root: Path) -> list[dict[str, Any]]:

@@ -82,7 +82,14 @@ async function runsView() {
 
 async function runView(id) {
   view.innerHTML = `<h1>Run ${esc(id)}</h1><div id="head"></div><h2>Curves</h2><div id="curves" class="charts"></div>
+    <div id="jobs"></div><pre id="joblog" hidden></pre>
     <h2>Log</h2><p id="logpath" class="muted"></p><pre id="log"></pre>`;
+  window.showJobLog = async (jobid) => {
+    const log = await api(`runs/${encodeURIComponent(id)}/jobs/${encodeURIComponent(jobid)}`);
+    const pre = document.getElementById("joblog");
+    pre.hidden = false;
+    pre.textContent = `${log.path}\n\n${log.lines.join("\n")}`;
+  };
   every(1000, async () => {
     const run = await api("runs/" + encodeURIComponent(id));
     document.getElementById("head").innerHTML = table(["state", "jobs", "SLURM jobs", "started", "experiments", "note"],
@@ -93,6 +100,9 @@ async function runView(id) {
       for (const [name, points] of Object.entries(curves)) groups[`${folder}: ${name}`] = {[name]: points};
     }
     charts(document.getElementById("curves"), groups, false);
+    document.getElementById("jobs").innerHTML = run.slurm.length ? "<h2>SLURM jobs</h2>" + table(
+      ["job", "rule", "state", "elapsed", "nodes", "log"], run.slurm.map((j) => [cell(j.id), cell(j.rule), cell(j.state),
+        cell(j.elapsed), cell(j.nodes), j.log ? `<td><a href="javascript:showJobLog('${esc(j.id)}')">log</a></td>` : cell("")])) : "";
     document.getElementById("logpath").textContent = run.log_path;
     const log = document.getElementById("log");
     const atEnd = log.scrollTop + log.clientHeight >= log.scrollHeight - 4;
@@ -156,16 +166,23 @@ async function sweepView(name) {
 }
 
 async function experimentsView() {
-  view.innerHTML = `<h1>Experiments</h1><p>Pick two or more, then <button id="compare">Compare</button></p><div id="exps"></div>`;
-  const exps = await api("experiments");
-  const rows = exps.map((e) => [`<td><input type="checkbox" value="${esc(e.rev)}" data-name="${esc(e.name)}"></td>`,
-    cell(e.name || e.rev.slice(0, 7)), cell(e.baseline), cell(e.is_baseline ? "baseline" : "experiment"),
-    cell(Object.entries(e.metrics).map(([k, v]) => `${k}=${v}`).join(", "))]);
-  document.getElementById("exps").innerHTML = table(["", "experiment", "baseline", "kind", "metrics"], rows);
+  view.innerHTML = `<h1>Experiments</h1><p>Pick two or more, then <button id="compare">Compare</button>
+    <span id="reading" class="muted"></span></p><div id="exps"></div>`;
   document.getElementById("compare").onclick = () => {
     const picked = [...document.querySelectorAll("#exps input:checked")].map((i) => "rev=" + encodeURIComponent(i.value));
     location.hash = "#/compare?" + picked.join("&");
   };
+  every(2000, async () => {
+    const listing = await api("experiments");
+    const checked = new Set([...document.querySelectorAll("#exps input:checked")].map((i) => i.value));
+    const rows = listing.rows.map((e) => [`<td><input type="checkbox" value="${esc(e.rev)}" data-name="${esc(e.name)}"
+      ${checked.has(e.rev) ? "checked" : ""}></td>`, cell(e.name || e.rev.slice(0, 7)), cell(e.baseline),
+      cell(e.is_baseline ? "baseline" : "experiment"), cell(Object.entries(e.metrics).map(([k, v]) => `${k}=${v}`).join(", "))]);
+    document.getElementById("exps").innerHTML = table(["", "experiment", "baseline", "kind", "metrics"], rows);
+    document.getElementById("reading").textContent = listing.error || (listing.complete ? "" : "DVC is reading their params and metrics…");
+    document.getElementById("exps").dataset.complete = listing.complete ? 1 : 0;
+    if (listing.complete) clearInterval(timer);
+  });
 }
 
 async function compareView(query) {
