@@ -292,7 +292,9 @@ def _git_listing(root: Path, known: dict[str, dict[str, Any]]) -> list[dict[str,
         row = {**empty, **known.get(rev, {}), "rev": rev, "name": parts[4], "baseline": baseline[:7],
                "is_baseline": False, "created": created}  # fmt: skip
         by_baseline.setdefault(baseline, []).append(row)
-    rows: list[dict[str, Any]] = []
+    # as DVC's listing: the workspace first
+    rows: list[dict[str, Any]] = [{"params": {}, "metrics": {}, **known.get("workspace", {}), "rev": "workspace",
+                                   "name": "", "baseline": "workspace", "is_baseline": True}]  # fmt: skip
     for baseline, experiments in by_baseline.items():
         first = known.get(baseline, {"params": {}, "metrics": {}, "name": ""})
         rows.append({**first, "rev": baseline, "baseline": baseline[:7], "is_baseline": True})
@@ -328,7 +330,8 @@ def _exp_row(entry: dict[str, Any], baseline: dict[str, Any], name: str | None) 
     return {
         "rev": entry.get("rev", ""),
         "name": entry.get("name") or name or "",
-        "baseline": baseline.get("name") or baseline.get("rev", "")[:7],
+        "baseline": baseline.get("name")
+        or ("workspace" if baseline.get("rev") == "workspace" else baseline.get("rev", "")[:7]),
         "is_baseline": entry is baseline,
         "created": data.get("timestamp"),
         **flat,
