@@ -54,11 +54,7 @@ def open_page(page: Path, screenshot: Path, timeout: float = 180) -> PageView:
         raise RuntimeError("chromium is not installed (scripts/ensure-apt chromium)")
     # Chromium's helper processes may still write to the profile for a moment after it is stopped.
     with tempfile.TemporaryDirectory(prefix="chromium-", ignore_cleanup_errors=True) as profile:
-        proc = subprocess.Popen(
-            [CHROMIUM, "--headless=new", "--no-sandbox", "--disable-gpu", "--no-first-run",
-             "--remote-debugging-port=0", f"--user-data-dir={profile}", "about:blank"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True,
-        )  # fmt: skip
+        proc = _start_chromium(profile)
         try:
             port = _devtools_port(proc, timeout)
             return asyncio.run(asyncio.wait_for(_inspect(port, page, screenshot), timeout))
@@ -67,6 +63,15 @@ def open_page(page: Path, screenshot: Path, timeout: float = 180) -> PageView:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
+
+
+def _start_chromium(profile: str) -> subprocess.Popen[str]:
+    """Headless Chromium with a DevTools server on a free port (_devtools_port reads which)."""
+    return subprocess.Popen(
+        [CHROMIUM, "--headless=new", "--no-sandbox", "--disable-gpu", "--no-first-run",
+         "--remote-debugging-port=0", f"--user-data-dir={profile}", "about:blank"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True,
+    )  # fmt: skip
 
 
 def _devtools_port(proc: subprocess.Popen[str], timeout: float) -> int:
@@ -232,11 +237,7 @@ def chromium_tab(timeout: float = 180) -> Any:
     if not CHROMIUM:
         raise RuntimeError("chromium is not installed (scripts/ensure-apt chromium)")
     with tempfile.TemporaryDirectory(prefix="chromium-", ignore_cleanup_errors=True) as profile:
-        proc = subprocess.Popen(
-            [CHROMIUM, "--headless=new", "--no-sandbox", "--disable-gpu", "--no-first-run",
-             "--remote-debugging-port=0", f"--user-data-dir={profile}", "about:blank"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True,
-        )  # fmt: skip
+        proc = _start_chromium(profile)
         tab = None
         try:
             tab = Tab(_devtools_port(proc, timeout))
