@@ -13,7 +13,14 @@ from types import SimpleNamespace
 import pytest
 
 import snakedvc
-from snakedvc.engine.tracking import TrackingError, experiment_files, run_dvc, save_experiment, track
+from snakedvc.engine.tracking import (
+    TrackingError,
+    experiment_files,
+    run_dvc,
+    run_settings,
+    save_experiment,
+    track,
+)
 from tests.conftest import REPO, dvc, git
 
 KIT = REPO / "src" / "snakedvc"
@@ -174,7 +181,7 @@ def test_an_experiment_without_its_configured_metrics_is_an_error(dvc_repo: Path
     config = {"snakedvc": {"experiment": {"metrics": ["out/metrics.json"], "files": ["out/curve.csv"]}}}
     own = ["out/metrics.json", "out/curve.csv", "out/model.pt"]
     with pytest.raises(TrackingError, match=r"did not produce out/metrics.json, out/curve.csv"):
-        experiment_files(config, own, dvc_repo)
+        experiment_files(run_settings(config).experiment, own, dvc_repo)
     (dvc_repo / "out").mkdir()
     (dvc_repo / "out/metrics.json").write_text("{}")
     (dvc_repo / "out/curve.csv").write_text("x\n")
@@ -184,14 +191,14 @@ def test_an_experiment_without_its_configured_metrics_is_an_error(dvc_repo: Path
     (dvc_repo / "old").mkdir()
     (dvc_repo / "old/model.pt").write_bytes(b"an earlier run's weights")
     dvc(dvc_repo, "add", "old/model.pt")
-    files = experiment_files(config, own, dvc_repo)
+    files = experiment_files(run_settings(config).experiment, own, dvc_repo)
     assert files == sorted(
         ["out/.gitignore", "out/model.pt.dvc", "out/metrics.json", "out/curve.csv", "results/params.yaml"]
     )
     assert not [f for f in files if f.startswith(".dvc/")]
     # A configured metrics file that lies in the workspace but no job of this run wrote.
     with pytest.raises(TrackingError, match=r"out/curve.csv .* is not an output of any job of this run"):
-        experiment_files(config, ["out/metrics.json", "out/model.pt"], dvc_repo)
+        experiment_files(run_settings(config).experiment, ["out/metrics.json", "out/model.pt"], dvc_repo)
 
 
 def test_an_experiment_commit_holds_only_its_own_runs_results(dvc_repo: Path) -> None:
@@ -208,7 +215,7 @@ def test_an_experiment_commit_holds_only_its_own_runs_results(dvc_repo: Path) ->
     (dvc_repo / "results/live/plots/metrics/loss.tsv").write_text("step\tloss\n1\t0.3\n")  # run A's, untracked
     (dvc_repo / "results/trial.json").write_text('{"accuracy": 0.9}')  # this run's
     config = {"snakedvc": {"experiment": {"metrics": ["results/trial.json"]}}}
-    name = save_experiment(config, ["results/trial.json"], name="trial", root=dvc_repo)
+    name = save_experiment(config, ["results/trial.json"], run_settings(config).experiment, name="trial", root=dvc_repo)
     ref = next(
         r for r in git(dvc_repo, "for-each-ref", "--format=%(refname)", "refs/exps").split() if r.endswith("/trial")
     )
@@ -334,7 +341,7 @@ def test_a_failed_push_keeps_dvcs_reason_names_the_remote_and_says_the_experimen
     dvc(dvc_repo, "add", "out/model.pt")
     config = {"snakedvc": {"experiment": {"push": True}}}
     with pytest.raises(TrackingError) as error:
-        save_experiment(config, ["out/model.pt"], name="pushed", root=dvc_repo)
+        save_experiment(config, ["out/model.pt"], run_settings(config).experiment, name="pushed", root=dvc_repo)
     said = str(error.value)
     assert "experiment pushed is saved" in said and f"store {blocker / 'remote'}" in said, said
     assert "Not a directory" in said and "Having any troubles" not in said, said

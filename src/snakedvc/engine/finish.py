@@ -17,13 +17,13 @@ from snakedvc.engine.foreground import forward_sigterm_to_local_jobs
 from snakedvc.engine.names import EXPERIMENT_NAME_ENV, EXPERIMENT_REPLACE_ENV, process_alive, release_name
 from snakedvc.engine.records import dag_outputs, started_commit, within, write_record
 from snakedvc.engine.scheduler_exit import end_pending_scheduler_wakeups
-from snakedvc.engine.settings import settings as kit_settings
+from snakedvc.engine.settings import Settings
 from snakedvc.engine.sweep.save import save_trials
 from snakedvc.engine.tracking import (
     SKIP_SAVE_ENV,
     TrackingError,
-    experiment_settings,
     is_dvc_repo,
+    run_settings,
     save_experiment,
     write_effective_params,
 )
@@ -52,7 +52,9 @@ def finish_run(config: dict[str, Any], workflow: Any = None, root: Path | str = 
     end_pending_scheduler_wakeups()  # in onsuccess the scheduler is done: exit when the save is
     if os.environ.get(SKIP_SAVE_ENV) == "1":
         return []
-    return _finish(config, dag_outputs(workflow), typed_overrides(workflow), root, started_commit())
+    return _finish(
+        config, run_settings(config), dag_outputs(workflow), typed_overrides(workflow), root, started_commit()
+    )
 
 
 def start_run(config: dict[str, Any], workflow: Any = None, root: Path | str = ".") -> None:
@@ -63,13 +65,13 @@ def start_run(config: dict[str, Any], workflow: Any = None, root: Path | str = "
     if workflow is None:
         return
     forward_sigterm_to_local_jobs(workflow, say)
-    if os.environ.get(SKIP_SAVE_ENV) == "1" or not will_save(config, root):
+    kit = run_settings(config)
+    if os.environ.get(SKIP_SAVE_ENV) == "1" or not will_save(kit, root):
         return
-    if kit_settings(config).sweep.enabled:  # each trial's experiment is checked as it is saved
+    if kit.sweep.enabled:  # each trial's experiment is checked as it is saved
         return
-    settings = experiment_settings(config)
     own = dag_outputs(workflow)
-    foreign = [name for name in (*settings.metrics, *settings.files) if not within(name, own)]
+    foreign = [name for name in (*kit.experiment.metrics, *kit.experiment.files) if not within(name, own)]
     if foreign:
         raise ConfigError(
             f"{KEY}.experiment: {', '.join(foreign)} (in metrics / files) is not an output of any job of this "
@@ -78,9 +80,9 @@ def start_run(config: dict[str, Any], workflow: Any = None, root: Path | str = "
         )
 
 
-def will_save(config: dict[str, Any], root: Path | str = ".") -> bool:
+def will_save(kit: Settings, root: Path | str = ".") -> bool:
     """Whether a successful run saves an experiment: tracking on, in a DVC repository."""
-    return kit_settings(config).tracking and is_dvc_repo(root)
+    return kit.tracking and is_dvc_repo(root)
 
 
 # A save that has not completed: written before it starts, removed when it ends. A save that
@@ -91,15 +93,15 @@ PENDING_FILE = Path(".snakedvc") / "pending-save.json"
 
 
 def _finish(
-    config: dict[str, Any], own: list[str], overrides: dict[str, Any], root: Path | str, baseline: str
+    config: dict[str, Any], kit: Settings, own: list[str], overrides: dict[str, Any], root: Path | str, baseline: str
 ) -> list[str]:
-    sweep = kit_settings(config).sweep.enabled
+    sweep = kit.sweep.enabled
     record: dict[str, Any] = {"outcome": "done", "outputs": own, "sweep": None, "overrides": overrides}
     if sweep:
         from snakedvc.engine.sweep import plan as sweep_plan
 
         record["sweep"] = str(sweep_plan(config).report)
-    if not kit_settings(config).tracking:
+    if not kit.tracking:
         saved: list[str] = []
         say("run not recorded: tracking is off (snakedvc.tracking in the config)")
     elif not is_dvc_repo(root):
@@ -109,21 +111,21 @@ def _finish(
             "`dvc init` at the top of the git repository to record runs"
         )
     else:
-        saved = _save(config, own, overrides, sweep, root, baseline)
-    params = experiment_settings(config).params
+        saved = _save(config, kit, own, overrides, root, baseline)
+    params = kit.experiment.params
     if not sweep:
         write_effective_params(config, params, root)
     write_record(root, {**record, "experiments": saved, "params": params})
-    if experiment_settings(config).name:
-        release_name(experiment_settings(config).name, root)
+    if kit.experiment.name:
+        release_name(kit.experiment.name, root)
     return saved
 
 
 def _save(
-    config: dict[str, Any], own: list[str], overrides: dict[str, Any], sweep: bool, root: Path | str, baseline: str
+    config: dict[str, Any], kit: Settings, own: list[str], overrides: dict[str, Any], root: Path | str, baseline: str
 ) -> list[str]:
     """The experiment(s), with a pending mark that outlives a failure (see PENDING_FILE)."""
-    settings = experiment_settings(config)  # a submitted run's name comes from its controller: kept
+    settings = kit.experiment  # a submitted run's name comes from its controller: kept
     kept = {**config, KEY: {**(config.get(KEY) or {}),
                             "experiment": {**((config.get(KEY) or {}).get("experiment") or {}),
                                            "name": settings.name, "replace": settings.replace}}}  # fmt: skip
@@ -133,11 +135,12 @@ def _save(
     left = {"config": kept, "outputs": own, "overrides": overrides, "baseline": baseline,
             "pid": os.getpid(), "host": socket.gethostname()}  # fmt: skip
     pending.write_text(json.dumps(left, default=str))
+    sweep = kit.sweep.enabled
     try:
         saved = (
-            save_trials(config, root, baseline)
+            save_trials(config, kit, root, baseline)
             if sweep
-            else [save_experiment(config, own, root=root, baseline=baseline)]
+            else [save_experiment(config, own, settings, root=root, baseline=baseline)]
         )
     except TrackingError as error:
         if error.saved:  # saved; what failed came after (the push)
@@ -217,7 +220,8 @@ def save_pending(root: Path | str = ".", experiment: dict[str, Any] | None = Non
         key: os.environ.pop(key) for key in (EXPERIMENT_NAME_ENV, EXPERIMENT_REPLACE_ENV) if key in os.environ
     }
     try:
-        return _finish(config, left["outputs"], left.get("overrides") or {}, root, left.get("baseline", ""))
+        kit = run_settings(config)  # the submitted run's name is its own, not this run's (popped above)
+        return _finish(config, kit, left["outputs"], left.get("overrides") or {}, root, left.get("baseline", ""))
     except TrackingError as error:
         raise ConfigError(
             f"an earlier run's save is pending ({describe_pending(left)}) and failed again, so this run does not "

@@ -8,6 +8,7 @@ written; the classes here only name the keys (a test keeps them equal to the sch
 from __future__ import annotations
 
 import dataclasses
+import json
 import typing
 from collections.abc import Mapping
 from functools import cache
@@ -108,8 +109,18 @@ def kit_settings(values: Mapping[str, Any] | None) -> Settings:
 
 
 def settings(config: Mapping[str, Any]) -> Settings:
-    """The kit's settings of a workflow config (its `snakedvc` key)."""
-    return kit_settings(config.get(KEY))
+    """The kit's settings of a workflow config (its `snakedvc` key): validated once per distinct key,
+    the same object for every reader (the workflow, the sweep, the end of the run)."""
+    try:
+        key = json.dumps(config.get(KEY) or {}, sort_keys=True)
+    except TypeError:  # a value JSON has no word for: validated as it is
+        return kit_settings(config.get(KEY))
+    return _settings_of(key)
+
+
+@cache
+def _settings_of(values: str) -> Settings:
+    return kit_settings(json.loads(values))
 
 
 def controller_settings(folder: Path) -> ControllerSettings:

@@ -38,7 +38,7 @@ from snakedvc.engine.names import (
     validate_experiment_name,
 )
 from snakedvc.engine.records import dvc_root, git_prefix, record_paths, snakemake_outputs, within
-from snakedvc.engine.settings import Experiment
+from snakedvc.engine.settings import Experiment, Settings
 from snakedvc.engine.settings import settings as kit_settings
 from snakedvc.io import atomic_path
 
@@ -129,8 +129,13 @@ def track(paths: Sequence[str | Path], root: Path | str = ".") -> None:
 EXPERIMENT_PUSH_ENV = "SNAKEDVC_EXPERIMENT_PUSH"
 
 
-def experiment_settings(config: Mapping[str, Any]) -> Experiment:
-    found = kit_settings(config).experiment
+def run_settings(config: Mapping[str, Any]) -> Settings:
+    """The kit's settings as a run records with them, made once where the run's end begins and
+    passed down to the save and the sweep: the config's `snakedvc` key, with what a submitted run's
+    controller gave it in the environment (its experiment's name and replace; push, for a run
+    submitted from another machine)."""
+    kit = kit_settings(config)
+    found = kit.experiment
     # A submitted run (snakedvc submit) names its experiment after the run.
     if os.environ.get(EXPERIMENT_NAME_ENV):
         found = dataclasses.replace(
@@ -138,7 +143,7 @@ def experiment_settings(config: Mapping[str, Any]) -> Experiment:
         )
     if os.environ.get(EXPERIMENT_PUSH_ENV) == "1":
         found = dataclasses.replace(found, push=True)
-    return found
+    return dataclasses.replace(kit, experiment=found)
 
 
 def effective_params(config: dict[str, Any]) -> dict[str, Any]:
@@ -182,14 +187,13 @@ def changed_dvc_files(root: Path | str = ".") -> list[str]:
     return sorted(found)
 
 
-def experiment_files(config: dict[str, Any], own: Sequence[str], root: Path | str = ".") -> list[str]:
+def experiment_files(settings: Experiment, own: Sequence[str], root: Path | str = ".") -> list[str]:
     """What the experiment commit holds beyond the code: the run's own new or changed .dvc files (and
     the .gitignore files DVC wrote beside them), the effective params, the configured results.
 
     ``own``: the run's manifest (records.dag_outputs). A configured metrics file or file (or folder)
     that the run did not produce, missing or left by another run, is an error, not a silent save.
     """
-    settings = experiment_settings(config)
     wanted = [*settings.metrics, *settings.files]
     missing = [name for name in settings.metrics if not (Path(root) / name).is_file()]
     missing += [name for name in settings.files if not (Path(root) / name).exists()]
@@ -225,6 +229,7 @@ def _ignored(root: Path | str, gitignore: str) -> list[str]:
 def save_experiment(
     config: dict[str, Any],
     own: Sequence[str],
+    settings: Experiment,
     name: str = "",
     message: str = "",
     root: Path | str = ".",
@@ -233,16 +238,16 @@ def save_experiment(
 ) -> str:
     """`dvc exp save` the run with its effective params; returns the experiment's name.
 
-    ``own``: the paths the run produced (its manifest); ``files``: what the experiment commit adds
-    (default: experiment_files()). The commit is then trimmed to the run's own results: a metrics or
-    plots path of dvc.yaml outside ``own`` and ``files`` is left out, wherever it came from.
+    ``own``: the paths the run produced (its manifest); ``settings``: the run's experiment settings
+    (run_settings()); ``files``: what the experiment commit adds (default: experiment_files()). The
+    commit is then trimmed to the run's own results: a metrics or plots path of dvc.yaml outside
+    ``own`` and ``files`` is left out, wherever it came from.
     """
-    settings = experiment_settings(config)
     name = name or settings.name
     if name:
         validate_experiment_name(name)
     write_effective_params(config, settings.params, root)
-    included = experiment_files(config, own, root) if files is None else list(files)
+    included = experiment_files(settings, own, root) if files is None else list(files)
     # --force only when asked by name (experiment.replace): a run never replaces a record by accident.
     args = ["exp", "save", "--force"] if name and settings.replace else ["exp", "save"]
     if name:

@@ -8,21 +8,23 @@ from pathlib import Path
 from typing import Any
 
 from snakedvc.engine.config import KEY
+from snakedvc.engine.settings import Settings
 from snakedvc.engine.sweep.plan import plan
-from snakedvc.engine.tracking import TrackingError, experiment_settings, save_experiment
+from snakedvc.engine.tracking import TrackingError, save_experiment
 from snakedvc.io import atomic_path
 
 log = logging.getLogger(__name__)
 
 
-def save_trials(config: dict[str, Any], root: Path | str = ".", baseline: str = "") -> list[str]:
+def save_trials(config: dict[str, Any], kit: Settings, root: Path | str = ".", baseline: str = "") -> list[str]:
     """Save every completed trial of a sweep as its own DVC experiment, `<sweep>-<trial>`.
 
     Each holds the trial's effective params (its config at the last rung it reached), its
     results in ``snakedvc.sweep.trial_metrics`` (the metric, rung, epochs, whether it won, and
     ``final_metrics`` for the winner) and the sweep report through its .dvc file. Nothing is
     saved before the report exists (a run that asked for other targets). The winner is saved
-    last, so the workspace's params are the winner's afterwards.
+    last, so the workspace's params are the winner's afterwards. ``kit``: the run's settings
+    (tracking.run_settings).
     """
     import pandas as pd
 
@@ -33,7 +35,7 @@ def save_trials(config: dict[str, Any], root: Path | str = ".", baseline: str = 
     if not (base / report / "summary.csv").is_file():
         log.info("sweep %s: no report yet (%s), no experiments saved", sweep.name, report)
         return []
-    params_file = experiment_settings(config).params
+    params_file = kit.experiment.params
     table = pd.read_csv(base / report / "summary.csv")
     done = table[table["status"] == "ok"].sort_values("best", kind="stable")
     final: dict[str, Any] = {}
@@ -65,6 +67,7 @@ def save_trials(config: dict[str, Any], root: Path | str = ".", baseline: str = 
             save_experiment(
                 params,
                 files,
+                kit.experiment,
                 name=f"{sweep.name}-{trial}",
                 message=f"sweep {sweep.name} trial {trial}: {overrides}",
                 root=root,
