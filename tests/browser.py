@@ -23,6 +23,19 @@ import aiohttp
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser") or ""
 
+# The docs' pictures of what a user sees are the tests' own screenshots: UPDATE_SCREENSHOTS=1 keeps
+# them here (docs/images/<name>.png), so a picture in the docs is of a page a test has checked.
+DOC_IMAGES = Path(__file__).resolve().parent.parent / "docs" / "images"
+
+
+def keep_for_docs(shot: Path, name: str) -> None:
+    """A checked page's screenshot as the docs' picture ``name`` (e.g. "report/run"), when asked."""
+    if os.environ.get("UPDATE_SCREENSHOTS") == "1":
+        target = DOC_IMAGES / f"{name}.png"
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(shot, target)
+
+
 IMAGES_DONE = "[...document.images].every(i => i.complete)"
 
 PAGE_STATE = """JSON.stringify({

@@ -9,6 +9,7 @@ import contextlib
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import urllib.error
@@ -19,7 +20,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.browser import CHROMIUM, Tab, chromium_tab
+from tests.browser import CHROMIUM, DOC_IMAGES, Tab, chromium_tab
 from tests.conftest import REPO, git, without_slurm
 from tests.sshd import laptop_env, start_sshd
 from tests.test_dvc_pipeline import clone, dvc_project, ended_run, snakedvc
@@ -28,7 +29,6 @@ from tests.waiting import wait_until
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(not CHROMIUM, reason="chromium is not installed")]
 
 BIN = Path(sys.executable).parent
-SHOTS = REPO / "docs/images/ui"
 
 # A training that logs as dvclive does: one epoch per gate file (when a gate folder is given),
 # its curve in live/plots/metrics/loss.tsv, its latest values in live/metrics.json.
@@ -87,7 +87,7 @@ def status(url: str) -> int:
 
 def shoot(tab: Tab, name: str) -> None:
     if os.environ.get("UPDATE_SCREENSHOTS") == "1":
-        tab.screenshot(SHOTS / f"{name}.png")
+        tab.screenshot(DOC_IMAGES / "ui" / f"{name}.png")
 
 
 def test_without_the_token_the_page_its_api_and_its_files_are_refused(tmp_path: Path) -> None:
@@ -170,8 +170,20 @@ def test_an_asha_sweep_watched_to_its_end_shows_its_trials_and_why_each_stopped(
         tab.goto(address + "#/sweep/four")
         sweep = subprocess.Popen(
             [str(BIN / "snakemake"), "--profile", str(REPO / "profiles/local"), "--configfile", "sweep.yaml", "--jobs", "2"],
-            cwd=root, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+            cwd=root, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True,
         )  # fmt: skip
+        # Held (its whole process group stopped) as soon as it has written its plan: its trials are
+        # on the page with their params while no report of the sweep exists yet.
+        wait_until((root / "results/sweeps/four/plan.json").is_file, "the sweep's plan", 300, proc=sweep)
+        os.killpg(sweep.pid, signal.SIGSTOP)
+        try:
+            running = tab.wait_for(
+                "document.body.innerText.includes('4 trials, running') && document.body.innerText", "the running sweep"
+            )
+            assert "train.lr=0.03" in running and "train.hidden=64" in running, running
+            assert not (root / "results/sweeps/four/report").exists()
+        finally:
+            os.killpg(sweep.pid, signal.SIGCONT)
         _, stderr = sweep.communicate(timeout=600)
         assert sweep.returncode == 0, stderr[-3000:]
         text = tab.wait_for(

@@ -27,6 +27,7 @@ from snakedvc.engine.tracking import (
     save_experiment,
     write_effective_params,
 )
+from snakedvc.io import atomic_path
 
 log = logging.getLogger(__name__)
 
@@ -66,6 +67,8 @@ def start_run(config: dict[str, Any], workflow: Any = None, root: Path | str = "
         return
     forward_sigterm_to_local_jobs(workflow, say)
     kit = run_settings(config)
+    if kit.sweep.enabled:
+        write_sweep_plan(config, root)
     if os.environ.get(SKIP_SAVE_ENV) == "1" or not will_save(kit, root):
         return
     if kit.sweep.enabled:  # each trial's experiment is checked as it is saved
@@ -78,6 +81,19 @@ def start_run(config: dict[str, Any], workflow: Any = None, root: Path | str = "
             "run, so its experiment could not be saved: name outputs of the rules the run's targets need "
             "(a folder a rule writes is a directory() output), or remove the entry. No job was started."
         )
+
+
+def write_sweep_plan(config: dict[str, Any], root: Path | str = ".") -> Path:
+    """The sweep's plan (each trial's params, the rungs, the metric) in its folder as the run starts:
+    the live page shows the trials from it before the sweep's report exists."""
+    from snakedvc.engine.sweep import plan as sweep_plan
+
+    found = sweep_plan(config)
+    target = Path(root) / found.root / "plan.json"
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with atomic_path(target) as tmp:
+        tmp.write_text(json.dumps(found._describe(), indent=2, sort_keys=True, default=str) + "\n")
+    return target
 
 
 def will_save(kit: Settings, root: Path | str = ".") -> bool:

@@ -99,13 +99,20 @@ def _curves(folder: Path) -> dict[str, list[list[float]]]:
 def sweep_folders(root: Path) -> dict[str, Path]:
     """Sweep name -> its folder (``<dir>/<name>`` with trials/), in the project and in its runs' workspaces."""
     found: dict[str, Path] = {}
-    patterns = ("*/sweeps/*/trials", "*/*/sweeps/*/trials", ".snakedvc/runs/*/workspace/*/sweeps/*/trials")
-    for pattern in patterns:
-        for trials in sorted(root.glob(pattern)):
-            folder = trials.parent
-            key = folder.name if folder.name not in found else str(folder.relative_to(root))
-            found[key] = folder
+    patterns = ("*/sweeps/*/", "*/*/sweeps/*/", ".snakedvc/runs/*/workspace/*/sweeps/*/")
+    # A sweep's folder has its plan from the run's start (finish.write_sweep_plan), its trials after.
+    folders = {
+        mark.parent for pattern in patterns for name in ("plan.json", "trials") for mark in root.glob(pattern + name)
+    }
+    for folder in sorted(folders):
+        key = folder.name if folder.name not in found else str(folder.relative_to(root))
+        found[key] = folder
     return found
+
+
+def _trial_folders(folder: Path) -> list[Path]:
+    trials = folder / "trials"
+    return sorted(p for p in trials.iterdir() if p.is_dir()) if trials.is_dir() else []
 
 
 def sweeps(root: Path) -> list[dict[str, Any]]:
@@ -113,7 +120,7 @@ def sweeps(root: Path) -> list[dict[str, Any]]:
 
 
 def _sweep_row(name: str, folder: Path) -> dict[str, Any]:
-    trials = sorted(p.name for p in (folder / "trials").iterdir() if p.is_dir())
+    trials = {p.name for p in _trial_folders(folder)} | {str(t["trial"]) for t in _planned(folder)}
     return {
         "name": name,
         "folder": str(folder),
@@ -128,8 +135,11 @@ def sweep(root: Path, name: str) -> dict[str, Any]:
     if name not in folders:
         raise RunError(f"no sweep {name!r} in {root} (the page's Sweeps list names them)")
     folder = folders[name]
-    trials = {p.name: _trial(p) for p in sorted((folder / "trials").iterdir()) if p.is_dir()}
+    trials = {p.name: _trial(p) for p in _trial_folders(folder)}
     summary = _summary(folder / "report/summary.csv")
+    for planned in _planned(folder):  # each trial's params from the start (the report's, once written)
+        trial = trials.setdefault(str(planned["trial"]), {"rungs": {}, "curves": {}})
+        trial["params"] = dict(planned.get("overrides") or {})
     for row in summary:
         trial = trials.setdefault(str(row["trial"]), {"rungs": {}, "curves": {}})
         trial["params"] = {k: v for k, v in row.items() if "." in k}
@@ -142,9 +152,17 @@ def sweep(root: Path, name: str) -> dict[str, Any]:
             "metric": metric}  # fmt: skip
 
 
+def _planned(folder: Path) -> list[dict[str, Any]]:
+    """The sweep's trials as its plan lists them (written by the run as it starts), valid ones."""
+    with contextlib.suppress(OSError, ValueError):
+        trials = json.loads((folder / "plan.json").read_text()).get("trials") or []
+        return [trial for trial in trials if not trial.get("error")]
+    return []
+
+
 def _sweep_metric(folder: Path) -> str:
-    """The metric the sweep ranks by (its report's plan, or the asha decision log's header)."""
-    for source in (folder / "report/plan.json", folder / "asha/decisions.jsonl"):
+    """The metric the sweep ranks by (its plan, its report's, or the asha decision log's header)."""
+    for source in (folder / "plan.json", folder / "report/plan.json", folder / "asha/decisions.jsonl"):
         with contextlib.suppress(OSError, ValueError, IndexError, KeyError):
             first = json.loads(source.read_text().splitlines()[0] if source.suffix == ".jsonl" else source.read_text())
             return str(first["metric"])
