@@ -14,7 +14,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from tests.browser import CHROMIUM, PageView, open_page
+from tests.browser import CHROMIUM, PageView, keep_for_docs, open_page
 from tests.conftest import SMALL_RUN, dvc_project, run_snakemake
 from tests.test_digits import LOCAL, copy_example
 from tests.test_sweep_workflow import SMALL_SWEEP, write_sweep
@@ -71,6 +71,7 @@ def test_esol_run_report(tmp_path: Path) -> None:
     for rule in ("split", "train", "evaluate"):
         assert f"\n{rule}\t" in view.text, view.text[-2000:]
     assert "train" in view.text and "featurise" in view.text
+    keep_for_docs(tmp_path / "report.png", "report/run")
 
 
 def test_esol_sweep_report(tmp_path: Path) -> None:
@@ -92,6 +93,7 @@ def test_esol_sweep_report(tmp_path: Path) -> None:
         assert trial in view.text
     # The winner's test metrics, as the sweep's final evaluation wrote them.
     assert "rmse" in shown_metrics_match(view, project, "results/sweeps/small/final/metrics.json")
+    keep_for_docs(tmp_path / "report.png", "report/sweep")
 
 
 def test_digits_report_shows_the_confusion_matrix(tmp_path: Path) -> None:
