@@ -139,6 +139,31 @@ def test_the_readmes_quickstart_is_made_of_the_docs_own_lines() -> None:
     assert len(shown) >= 10 and [line for line in shown if line not in docs] == []
 
 
+# The pages a user reads to do something (style practice 20), as against the reference and the
+# development notes.
+GUIDES = ["index", "tutorial", "dvc-pipelines", "slurm", "training", "sweeps", "records", "reliability", "ui"]
+CODE_WIDTH = 88  # what a code block shows without scrolling, at the site's width
+
+
+@pytest.mark.parametrize("name", GUIDES)
+def test_a_guide_reads_as_a_get_started_page(name: str) -> None:
+    """Code lines fit the page, no list item runs past three lines, and the page shows what a user
+    sees (an output block, a table or a picture). Exempt: the tutorial's titled blocks (files a
+    reader copies whole) and lines the README's quickstart shows, kept as it has them."""
+    text = (DOCS / f"{name}.md").read_text()
+    quickstart = set(code_lines(README.read_text()))
+    blocks = re.findall(r"^```([^\n]*)\n(.*?)^```$", text, re.MULTILINE | re.DOTALL)
+    wide = [line for head, body in blocks if 'title="' not in head for line in body.splitlines()
+            if len(line) > CODE_WIDTH and line.rstrip() not in quickstart]  # fmt: skip
+    assert wide == [], f"docs/{name}.md: code lines over {CODE_WIDTH} characters: {wide}"
+    prose = re.sub(r"^```.*?^```$", "", text, flags=re.MULTILINE | re.DOTALL)
+    items = re.findall(r"^ *(?:[-*]|\d+\.) .*?(?=^ *(?:[-*]|\d+\.) |^\s*$|\Z)", prose, re.MULTILINE | re.DOTALL)
+    long = [item.splitlines()[0] for item in items if len(item.strip().splitlines()) > 3]
+    assert long == [], f"docs/{name}.md: list items over three lines (make them a paragraph or a table): {long}"
+    shows = re.search(r"^```(text|console)|^\|.*\|$|!\[", text, re.MULTILINE)
+    assert shows, f"docs/{name}.md shows nothing a user sees: no output block, table or picture"
+
+
 def schema_keys(schema: dict, prefix: str = "snakedvc") -> list[str]:
     keys = []
     for name, spec in schema.get("properties", {}).items():
