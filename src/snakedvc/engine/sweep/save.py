@@ -38,15 +38,7 @@ def save_trials(config: dict[str, Any], kit: Settings, root: Path | str = ".", b
     params_file = kit.experiment.params
     table = pd.read_csv(base / report / "summary.csv")
     done = table[table["status"] == "ok"].sort_values("best", kind="stable")
-    final: dict[str, Any] = {}
-    if settings.final_metrics:
-        final_path = base / sweep.root / settings.final_metrics
-        if not final_path.is_file():
-            raise TrackingError(
-                f"sweep {sweep.name}: snakedvc.sweep.final_metrics names {settings.final_metrics}, "
-                "which the run did not produce"
-            )
-        final = json.loads(final_path.read_text())
+    final = _final_metrics(sweep, base)
     extra = [f"{report}.dvc", str(report.parent / ".gitignore")]
     trial_metrics = base / settings.trial_metrics
     saved = []
@@ -78,6 +70,20 @@ def save_trials(config: dict[str, Any], kit: Settings, root: Path | str = ".", b
     trial_metrics.unlink(missing_ok=True)
     log.info("sweep %s: %d trial experiments saved", sweep.name, len(saved))
     return saved
+
+
+def _final_metrics(sweep: Any, base: Path) -> dict[str, Any]:
+    """The winner's final evaluation (snakedvc.sweep.final_metrics), where the sweep has one."""
+    name = sweep._settings.final_metrics
+    if not name:
+        return {}
+    path = base / sweep.root / name
+    if not path.is_file():
+        raise TrackingError(
+            f"sweep {sweep.name}: snakedvc.sweep.final_metrics names {name}, which the run did not produce"
+        )
+    found: dict[str, Any] = json.loads(path.read_text())
+    return found
 
 
 def _written(path: Path) -> dict[str, Any]:
