@@ -120,11 +120,58 @@ def test_a_trainings_curve_grows_on_the_open_page_without_a_reload(tmp_path: Pat
             shoot(tab, "run")
             (gate / "epoch2").touch()
             tab.wait_for(f"{points} === '3'", "the third epoch's point")
+            ended = wait_until(lambda: ended_run(repo, run_id), f"run {run_id} to end", 300, poll=1)
+            assert ended["state"] == "done", snakedvc(repo, "logs", run_id).stdout
+            # Once saved, the page shows the experiment's params and metrics (as DVC records them)
+            # and the dvc.yaml's stages, each that ran ticked.
+            record = "[...document.querySelectorAll('#record td')].map(td => td.innerText)"
+            cells = tab.wait_for(f"{record}.includes('live/metrics.json:loss') && {record}", "the run's record")
+            assert "params.yaml:lr" in cells and "0.1" in cells, cells
+            drawn = tab.wait_for(
+                "document.getElementById('dag').dataset.drawn === '1' && document.getElementById('dag').innerHTML",
+                "the DAG",
+            )
+            assert "train ✓" in drawn and tab.errors == []
     finally:
         for step in range(3):
             (gate / f"epoch{step}").touch()
+
+
+SNAKEFILE = """\
+rule all:
+    input: "b.txt"
+
+rule make_a:
+    output: "a.txt"
+    shell: "echo a > {output}"
+
+rule make_b:
+    input: "a.txt"
+    output: "b.txt"
+    shell: "cat {input} > {output}"
+"""
+
+
+def test_a_snakefile_runs_page_draws_its_job_dag(tmp_path: Path) -> None:
+    repo = tmp_path / "flow"
+    repo.mkdir()
+    (repo / "Snakefile").write_text(SNAKEFILE)
+    git(repo, "init", "-q", "-b", "main")
+    snakedvc(repo, "init")  # the profiles a submitted run needs
+    git(repo, "add", "-A")
+    git(repo, "-c", "user.name=a", "-c", "user.email=a@b", "commit", "-q", "-m", "a workflow")
+    run_id = snakedvc(repo, "submit", "--", "--config", "greeting=hi").stdout.strip()
     ended = wait_until(lambda: ended_run(repo, run_id), f"run {run_id} to end", 300, poll=1)
     assert ended["state"] == "done", snakedvc(repo, "logs", run_id).stdout
+    with ui(repo) as address, chromium_tab() as tab:
+        tab.goto(address + f"#/run/{run_id}")
+        drawn = tab.wait_for(
+            "document.getElementById('dag').dataset.drawn === '1' && document.getElementById('dag').innerHTML",
+            "the job DAG",
+        )
+        assert "make_a" in drawn and "make_b" in drawn and "<svg" in drawn, drawn[:2000]
+        given = tab.wait_for("document.getElementById('record').innerText", "what the run was given")
+        assert "--config greeting=hi" in given and tab.errors == [], given
 
 
 def test_two_experiments_compared_mark_the_params_that_differ_and_overlay_their_curves(tmp_path: Path) -> None:

@@ -1,8 +1,8 @@
 """The page's one JSON API, answered from a project here (LocalSource) or on a remote's clone
 through one SSH connection (RemoteSource, which talks to `snakedvc ui --stdio` there).
 
-Requests are paths: ``/api/runs``, ``/api/runs/<id>``, ``/api/runs/<id>/jobs/<SLURM job>`` (its
-log's end), ``/api/sweeps``, ``/api/sweeps/<name>``,
+Requests are paths: ``/api/runs``, ``/api/runs/<id>``, ``/api/runs/<id>/dag`` (SVG),
+``/api/runs/<id>/jobs/<SLURM job>`` (its log's end), ``/api/sweeps``, ``/api/sweeps/<name>``,
 ``/api/experiments``, ``/api/compare?rev=A&rev=B``. Over --stdio one JSON line asks
 (``{"path": ..., "query": {...}}``) and one JSON line answers (``{"ok": ...}`` or ``{"error": ...}``).
 """
@@ -39,6 +39,7 @@ class LocalSource:
         routes: dict[tuple[str, int], Callable[[list[str]], Any]] = {
             ("runs", 1): lambda p: data.runs(self.root),
             ("runs", 2): lambda p: data.run(self.root, p[1]),
+            ("runs", 3): lambda p: self._run_part(p[1], p[2]),  # /api/runs/<id>/dag
             ("runs", 4): lambda p: data.job_log(self.root, p[1], p[3]),  # /api/runs/<id>/jobs/<jobid>
             ("sweeps", 1): lambda p: data.sweeps(self.root),
             ("sweeps", 2): lambda p: data.sweep(self.root, p[1]),
@@ -49,6 +50,11 @@ class LocalSource:
         if route is None:
             raise NotFound(f"no API page {path} (the page asks for /api/runs, /api/sweeps, /api/experiments, ...)")
         return route(parts)
+
+    def _run_part(self, run_id: str, part: str) -> Any:
+        if part != "dag":
+            raise NotFound(f"no API page /api/runs/{run_id}/{part} (a run has /dag and /jobs/<SLURM job>)")
+        return data.run_dag(self.root, run_id)
 
 
 def serve_stdio(source: LocalSource, stdin: IO[str] = sys.stdin, stdout: IO[str] = sys.stdout) -> None:

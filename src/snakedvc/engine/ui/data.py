@@ -43,8 +43,9 @@ def run(root: Path, run_id: str) -> dict[str, Any]:
         for folder in find_logs(found.workspace, skip=(".git", ".snakemake", ".dvc", ".snakedvc")):
             curves[str(folder.relative_to(found.workspace))] = _curves(folder)
     log = found.log.read_text(errors="replace").splitlines()[-LOG_TAIL_LINES:] if found.log.is_file() else []
+    given = found.snakemake_args if found.exp_run_args is None else found.exp_run_args  # its command line's own
     return {**row, "curves": curves, "log": log, "log_path": str(found.log), "workspace": str(found.workspace),
-            "slurm": _slurm_jobs(found)}  # fmt: skip
+            "slurm": _slurm_jobs(found), "given": given}  # fmt: skip
 
 
 def _slurm_jobs(found: Run) -> list[dict[str, str]]:
@@ -87,6 +88,37 @@ def job_log(root: Path, run_id: str, jobid: str) -> dict[str, Any]:
     path = _job_log_path(found, logs[jobid])
     lines = path.read_text(errors="replace").splitlines()[-LOG_TAIL_LINES:] if path.is_file() else ["(no such file)"]
     return {"path": str(path), "lines": lines}
+
+
+def run_dag(root: Path, run_id: str) -> dict[str, str]:
+    """A run's DAG as SVG, and a note: a workflow's jobs as the report draws them (``snakemake --dag``
+    in the run's workspace, finished jobs dashed); a dvc.yaml's stages from the plan the run made,
+    each that has run ticked."""
+    from snakedvc.engine.report import job_dag_svg
+
+    found = find_run(root, run_id)
+    workspace = found.workspace
+    if not workspace.is_dir():
+        return {"svg": "", "note": f"no DAG: the run's workspace {workspace} is gone"}
+    if found.exp_run_args is None:
+        svg, note = job_dag_svg(workspace, found.snakemake_args)
+        return {"svg": svg, "note": note}
+    plans = sorted(workspace.glob(".snakedvc/pipeline/*/plan.json"), key=lambda path: path.stat().st_mtime)
+    if not plans:
+        return {"svg": "", "note": "no DAG yet: the run has not planned its stages"}
+    return {"svg": _stages_svg(workspace, plans[-1]), "note": "the dvc.yaml's stages; ✓: has run"}
+
+
+def _stages_svg(workspace: Path, plan_file: Path) -> str:
+    from snakedvc.engine.dvcpipeline.plan import Plan
+    from snakedvc.engine.report import layered_svg
+
+    plan = Plan.load(plan_file)
+    ids = {stage.name: index for index, stage in enumerate(plan.stages)}
+    done = {stage.name for stage in plan.stages if (workspace / plan.ran(stage.name)).exists()}
+    labels = {ids[stage.name]: stage.name + (" ✓" if stage.name in done else "") for stage in plan.stages}
+    edges = [(ids[up], ids[stage.name]) for stage in plan.stages for up in stage.upstream if up in ids]
+    return layered_svg(labels, edges)
 
 
 def _curves(folder: Path) -> dict[str, list[list[float]]]:

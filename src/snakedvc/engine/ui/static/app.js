@@ -82,8 +82,18 @@ async function runsView() {
 
 async function runView(id) {
   view.innerHTML = `<h1>Run ${esc(id)}</h1><div id="head"></div><h2>Curves</h2><div id="curves" class="charts"></div>
+    <h2>Params and metrics</h2><div id="record"></div>
     <div id="jobs"></div><pre id="joblog" hidden></pre>
+    <h2>DAG</h2><p id="dagnote" class="muted"></p><div id="dag" class="dag"></div>
     <h2>Log</h2><p id="logpath" class="muted"></p><pre id="log"></pre>`;
+  let drawnFor = null;  // the run's state the DAG was drawn in: drawn again when it changes
+  const drawDag = async (state) => {
+    drawnFor = state;
+    const dag = await api(`runs/${encodeURIComponent(id)}/dag`);
+    document.getElementById("dag").innerHTML = dag.svg;
+    document.getElementById("dagnote").textContent = dag.note;
+    document.getElementById("dag").dataset.drawn = dag.svg ? "1" : "0";
+  };
   window.showJobLog = async (jobid) => {
     const log = await api(`runs/${encodeURIComponent(id)}/jobs/${encodeURIComponent(jobid)}`);
     const pre = document.getElementById("joblog");
@@ -100,6 +110,8 @@ async function runView(id) {
       for (const [name, points] of Object.entries(curves)) groups[`${folder}: ${name}`] = {[name]: points};
     }
     charts(document.getElementById("curves"), groups, false);
+    await showRecord(run);
+    if (run.state !== drawnFor) drawDag(run.state);
     document.getElementById("jobs").innerHTML = run.slurm.length ? "<h2>SLURM jobs</h2>" + table(
       ["job", "rule", "state", "elapsed", "nodes", "log"], run.slurm.map((j) => [cell(j.id), cell(j.rule), cell(j.state),
         cell(j.elapsed), cell(j.nodes), j.log ? `<td><a href="javascript:showJobLog('${esc(j.id)}')">log</a></td>` : cell("")])) : "";
@@ -109,6 +121,27 @@ async function runView(id) {
     log.textContent = run.log.join("\n");
     if (atEnd) log.scrollTop = log.scrollHeight;  // follows the log's end unless the reader scrolled up
   });
+}
+
+// A run's params and metrics: those of the experiments it saved (DVC's, as the Experiments page
+// reads them); until it has saved one, what its command line gave.
+async function showRecord(run) {
+  const div = document.getElementById("record");
+  const given = run.given.length ? `<p>Given on its command line: <code>${esc(run.given.join(" "))}</code></p>` : "";
+  if (!run.experiments.length) {
+    div.innerHTML = given + `<p class="muted">Its experiment's params and metrics show here once it is saved.</p>`;
+    return;
+  }
+  const listing = await api("experiments");
+  const rows = listing.rows.filter((r) => run.experiments.includes(r.name));
+  const filled = rows.filter((r) => Object.keys(r.params).length + Object.keys(r.metrics).length);
+  if (!filled.length) {
+    div.innerHTML = given + `<p class="muted">DVC is reading the experiment's params and metrics…</p>`;
+    return;
+  }
+  div.innerHTML = given + filled.map((r) => `<h3>${esc(r.name)}</h3>` + table(["", "value"],
+    [...Object.entries(r.params).map(([k, v]) => [`<td data-param="${esc(k)}">${esc(k)}</td>`, cell(v)]),
+     ...Object.entries(r.metrics).map(([k, v]) => [`<td data-metric="${esc(k)}">${esc(k)}</td>`, cell(v)])])).join("");
 }
 
 async function sweepsView() {
