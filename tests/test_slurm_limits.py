@@ -129,9 +129,16 @@ def test_a_detached_runs_controller_refused_for_a_submit_limit_waits_for_room(
     dvc(by_dvc, "exp", "run", "-n", "limited")
     said = tmp_path / "submit.err"
     with submit_limit("qos"):
+        # The queue is the user's: jobs an earlier test left there (a controller still winding down, a
+        # job completing) count against the limit too, and would take the fillers' places.
+        queued = ["squeue", "--me", "-h", "-o", "%i %T %j"]
+        wait_until(lambda: not slurm.query(queued).strip(), "the user's queue to empty", 300,
+                   explain=lambda: slurm.query(queued))  # fmt: skip
         hold = ["sbatch", "--parsable", "--hold", "--job-name", "queue-filler", "-o", "/dev/null", "--wrap", "true"]
-        held = [slurm.query(hold).strip() for _ in range(LIMIT)]
+        held: list[str] = []
         try:
+            for _ in range(LIMIT):
+                held.append(slurm.query(hold).strip())
             with said.open("w") as err:
                 submit = subprocess.Popen(
                     [str(BIN / "snakedvc"), "submit", "--profile", "slurm", "--name", "limited"],
