@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from snakedvc.engine.dvcpipeline import PipelineError, kit_profile, read_plan
+from snakedvc.engine.dvcpipeline import PipelineError, kit_profile, pipeline_profile, read_plan
 from snakedvc.engine.dvcpipeline.run import STOP_WAIT_S
 from snakedvc.engine.names import experiment_ref
 from tests.conftest import git, running_rule_jobs, slurm_jobs_by_rule
@@ -339,6 +339,13 @@ def test_a_pipeline_that_cannot_run_is_refused_before_any_job_or_param_change(pr
     refused("snakedvc.yaml: resources entry 'trian' matches no stage of dvc.yaml")
     typo = snakedvc(repo, "exp", "run", "--profile", "slrum", check=False)
     assert typo.returncode == 255 and "profile 'slrum': no config.yaml in" in typo.stderr
+    # A bare name is the project's profiles/<name> where it has one (as `snakedvc init` writes it),
+    # else the kit's: a cluster's own partitions are never passed over for the kit's.
+    assert pipeline_profile("slurm", repo) == kit_profile("slurm")
+    (repo / "profiles/slurm").mkdir(parents=True)
+    (repo / "profiles/slurm/config.yaml").write_text("executor: snakedvc-slurm\n")
+    assert pipeline_profile("slurm", repo) == repo / "profiles/slurm"
+    assert pipeline_profile("profiles/slurm", repo) == repo / "profiles/slurm"
 
 
 def accounted(ids: list[str], steps: bool = False) -> dict[str, dict[str, str]]:

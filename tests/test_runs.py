@@ -183,7 +183,8 @@ def test_local_runs_are_pinned_to_their_submit_and_outlive_the_submitting_shell(
     # Edited while the first run is queued or running: the first run must not see it.
     edit_lr(repo, 0.002)
     (repo / SOURCE).write_text(original_source + EDIT)
-    second = submit(repo, "--name", "second", "--", *SMALL_RUN)
+    # A profile named as `--remote` names it: `local` is the project's profiles/local.
+    second = submit(repo, "--name", "second", "--profile", "local", "--", *SMALL_RUN)
 
     assert wait_until_ended(repo, first)["state"] == "done", snakedvc(repo, "logs", first).stdout[-3000:]
     assert wait_until_ended(repo, second)["state"] == "done", snakedvc(repo, "logs", second).stdout[-3000:]
@@ -203,6 +204,7 @@ def test_local_runs_are_pinned_to_their_submit_and_outlive_the_submitting_shell(
     listed = runs(repo)
     assert {listed[first]["experiments"][0], listed[second]["experiments"][0]} == {"first", "second"}
     assert listed[first]["jobs"].split("/")[0] == listed[first]["jobs"].split("/")[1]  # every step done
+    assert json.loads((repo / ".snakedvc/runs" / second / "run.json").read_text())["profile"] == "profiles/local"
     assert "run " + first in snakedvc(repo, "logs", first).stdout
 
     # The shared DVC cache holds the runs' outputs; the workspaces link them (no copies).
@@ -328,7 +330,7 @@ def test_bad_input_names_the_thing_at_fault(repo: Path, tmp_path: Path) -> None:
     bad = snakedvc(repo, "submit", "--name", "a;rm -rf /", check=False)
     assert bad.returncode == 1 and "'a;rm -rf /'" in bad.stderr
     missing = snakedvc(repo, "submit", "--profile", "profiles/nope", check=False)
-    assert missing.returncode == 1 and "profiles/nope" in missing.stderr
+    assert missing.returncode == 1 and "profiles/nope" in missing.stderr and "snakedvc init" in missing.stderr
     unknown = snakedvc(repo, "logs", "20990101-000000-beef", check=False)
     assert unknown.returncode == 1 and "20990101-000000-beef" in unknown.stderr
     for command in ("logs", "cancel"):  # an empty id is no prefix of every run

@@ -724,8 +724,8 @@ def _add_exp_run(step: Step) -> None:
     loudness = p.add_mutually_exclusive_group()
     loudness.add_argument("-q", "--quiet", action="store_true", help="only errors (dvc exp run -q)")
     loudness.add_argument("-v", "--verbose", action="store_true", help="the kit's and DVC's debug lines")
-    p.add_argument("--profile", help="a profile folder, or local / slurm: the kit's own where the project has "
-                   "no such folder (default: local)")  # fmt: skip
+    p.add_argument("--profile", help="a profile folder, or local / slurm: the project's profiles/local or "
+                   "profiles/slurm, else the kit's own (default: local)")  # fmt: skip
     p.add_argument("-S", "--set-param", action="append", default=[], metavar="[FILE:]KEY=VALUE",
                    help="change a param first, as dvc exp run -S does (repeatable)")  # fmt: skip
     p.add_argument("-n", "--name", help="the experiment's name (default: DVC's)")
@@ -796,8 +796,8 @@ def _add_run_commands(step: Step) -> None:
     p.add_argument("--name", help="the run's name, and its DVC experiment's (default: the run id)")
     p.add_argument("--replace", action="store_true", help="replace an experiment of that name (else refused)")
     p.add_argument(
-        "--profile", help="Snakemake profile (a SLURM one: the controller is a job; default profiles/local, or "
-        "for a dvc.yaml with no Snakefile the kit's local one)"
+        "--profile", help="Snakemake profile: a folder, or a name under profiles/ (a SLURM one: the controller is a "
+        "job; default profiles/local, or for a dvc.yaml with no Snakefile the kit's local one)"
     )  # fmt: skip
     p.add_argument(
         "-S",

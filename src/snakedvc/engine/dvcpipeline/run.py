@@ -455,18 +455,21 @@ def module_file() -> Path:
 
 
 def pipeline_profile(profile: str | None, root: Path) -> Path:
-    """A profile folder: ``profile`` as a path (relative to ``root``), or ``local``/``slurm`` where
-    the project has no such folder: the kit's own (every job on this machine; the partitions of
-    its partitions.yaml). None: local."""
+    """A profile folder: ``profile`` as a path (relative to ``root``); a bare name is also looked
+    for under profiles/ (``slurm``: ./slurm, then ./profiles/slurm, as `snakedvc init` writes it);
+    ``local``/``slurm`` where the project has neither: the kit's own (every job on this machine;
+    the partitions of its partitions.yaml). None: local."""
     profile = profile or "local"
     path = root / profile
-    if (path / "config.yaml").is_file():
-        return path
+    for folder in (path, root / "profiles" / profile):
+        if (folder / "config.yaml").is_file():
+            return folder
     if profile in KIT_PROFILES:
         return kit_profile(profile)
     raise PipelineError(
         f"profile {profile!r}: no config.yaml in {path} (a profile is a folder; "
-        f"{' and '.join(KIT_PROFILES)} name the kit's own where the project has no such folder)"
+        f"{' and '.join(KIT_PROFILES)} name the project's profiles/local and profiles/slurm, or the kit's own "
+        "where the project has no such folder)"
     )
 
 

@@ -29,6 +29,7 @@ from snakedvc.engine.runs.workspace import (
     make_workspace,
     profile_dir,
     profile_is_slurm,
+    project_profile,
     python_environments,
     remove_workspace,
     source_paths,
@@ -270,6 +271,7 @@ def _submit(
     run_id = new_run_id() if sent is None else sent.run_id
     name = validate_experiment_name(name) if name else run_id
     check_run_name(name, root, replace)
+    profile = project_profile(root, profile)
     folder = profile_dir(root, profile)
     on_slurm = profile_is_slurm(folder)
     job = controller_settings(folder) if on_slurm else None  # bad settings fail here, before anything is made

@@ -237,11 +237,26 @@ def source_paths(root: Path, workspace: Path) -> list[str]:
 # --- profiles ---------------------------------------------------------------------------------
 
 
+def has_profile(path: Path) -> bool:
+    return (path / "config.yaml").is_file() or (path / "profile.yaml").is_file()
+
+
+def project_profile(root: Path, profile: str) -> str:
+    """The profile as a run names it: a folder (relative to the project) that holds a config.yaml, or
+    a bare name found under profiles/ (``slurm``: profiles/slurm), as `snakedvc submit --remote` reads it."""
+    if not has_profile(root / profile) and "/" not in profile and has_profile(root / "profiles" / profile):
+        return f"profiles/{profile}"
+    return profile
+
+
 def profile_dir(root: Path, profile: str) -> Path:
     path = Path(profile)
     path = path if path.is_absolute() else root / path
-    if not (path / "config.yaml").is_file() and not (path / "profile.yaml").is_file():
-        raise RunError(f"profile {profile}: no config.yaml in {path}")
+    if not has_profile(path):
+        raise RunError(
+            f"profile {profile}: no config.yaml in {path} (`snakedvc init` writes profiles/local and profiles/slurm; "
+            "or give --profile FOLDER)"
+        )
     return path
 
 
