@@ -221,8 +221,11 @@ def test_scancelled_job_is_reported_and_retried(slurm_cluster, project: Path) ->
     assert "the last attempt's log is kept as logs/train.attempt1.log" in output
     first = (project / "logs/train.attempt1.log").read_text()
     retry = (project / "logs/train.log").read_text()
-    assert "launch: srun" in first and "srun: forcing job termination" in first, first
-    assert "launch: srun" in retry and "srun: forcing job termination" not in retry, retry
+    # srun's own words for the scancel: "Job step aborted" when slurmctld tells it, "forcing job
+    # termination" when its SIGTERM is handled; on a busy machine the second can be cut off by the kill.
+    stopped = ("srun: Job step aborted", "srun: forcing job termination")
+    assert "launch: srun" in first and any(line in first for line in stopped), first
+    assert "launch: srun" in retry and not any(line in retry for line in stopped), retry
 
 
 def test_dry_run_without_slurm_binaries(tmp_path: Path, project: Path) -> None:
